@@ -1,0 +1,17 @@
+"""The root of every error hotswap raises on purpose.
+
+Each room has its own `errors` module with subclasses; the CLI catches `HotswapError` and prints
+its message as one line, so messages say what happened and what the operator can do about it.
+"""
+
+
+class HotswapError(Exception):
+    """Base class of all hotswap errors."""
+
+
+class ConfigError(HotswapError):
+    """A setting is missing or has a value hotswap cannot use."""
+
+
+class TimeoutExpired(HotswapError):
+    """A bounded wait ran out; the message names what was waited for."""

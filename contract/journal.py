@@ -1,0 +1,176 @@
+"""The swap journal: a swap's phases as a state machine, persisted in Redis.
+
+`advance` is the one function that changes a swap's phase. It refuses illegal transitions and
+writes the new phase (with its time) before the caller performs the action the phase records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import StrEnum
+
+import redis
+
+from contract.errors import HotswapError
+from contract.keys import Keys
+from contract.models import QuerySource, Record, now_ms
+
+
+class SwapPhase(StrEnum):
+    SUBMITTED = "submitted"
+    VALIDATED = "validated"
+    DEPLOYED = "deployed"
+    CUT = "cut"
+    DRAINING = "draining"
+    DRAINED = "drained"
+    RETIRED = "retired"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    REJECTED = "rejected"
+    ABORTED = "aborted"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_PHASES
+
+    @property
+    def is_past_cut(self) -> bool:
+        """From the cut on, the swap can only go forward: a recorded cut is never re-decided."""
+        return self in (SwapPhase.CUT, SwapPhase.DRAINING, SwapPhase.DRAINED, SwapPhase.RETIRED)
+
+
+TERMINAL_PHASES = frozenset({SwapPhase.COMPLETED, SwapPhase.FAILED, SwapPhase.REJECTED, SwapPhase.ABORTED})
+
+LEGAL_TRANSITIONS: dict[SwapPhase, frozenset[SwapPhase]] = {
+    SwapPhase.SUBMITTED: frozenset({SwapPhase.VALIDATED, SwapPhase.REJECTED, SwapPhase.ABORTED}),
+    SwapPhase.VALIDATED: frozenset({SwapPhase.DEPLOYED, SwapPhase.FAILED, SwapPhase.ABORTED}),
+    SwapPhase.DEPLOYED: frozenset({SwapPhase.CUT, SwapPhase.FAILED, SwapPhase.ABORTED}),
+    SwapPhase.CUT: frozenset({SwapPhase.DRAINING, SwapPhase.FAILED}),
+    SwapPhase.DRAINING: frozenset({SwapPhase.DRAINED, SwapPhase.FAILED}),
+    SwapPhase.DRAINED: frozenset({SwapPhase.RETIRED, SwapPhase.FAILED}),
+    SwapPhase.RETIRED: frozenset({SwapPhase.COMPLETED}),
+}
+
+
+class IllegalTransition(HotswapError):
+    """A swap was asked to move to a phase it cannot reach from where it is."""
+
+
+class UnknownSwap(HotswapError):
+    """No swap with that id exists in this namespace."""
+
+
+def check_transition(current: SwapPhase, target: SwapPhase) -> None:
+    if target not in LEGAL_TRANSITIONS.get(current, frozenset()):
+        raise IllegalTransition(f"swap cannot go from {current} to {target}")
+
+
+class PhaseEntry(Record):
+    name: SwapPhase
+    at: int
+
+
+class SwapRecord(Record):
+    id: str
+    to_query: str
+    source: QuerySource | None = None
+    from_query: str | None = None
+    state: SwapPhase = SwapPhase.SUBMITTED
+    phases: tuple[PhaseEntry, ...] = ()
+    cut_window_end: int | None = None
+    cut_batch: int | None = None
+    new_window_ms: int | None = None
+    old_window_ms: int | None = None
+    markers_written: bool = False
+    error: str | None = None
+
+    def advanced(self, target: SwapPhase, *, error: str | None = None, **changes: object) -> SwapRecord:
+        """This record moved to `target`; raises IllegalTransition if that move is not allowed."""
+        check_transition(self.state, target)
+        entry = PhaseEntry(name=target, at=now_ms())
+        update: dict[str, object] = {"state": target, "phases": (*self.phases, entry), **changes}
+        if error is not None:
+            update["error"] = error
+        return self.model_copy(update=update)
+
+
+class Journal:
+    """Reads and writes swap records of one namespace."""
+
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        self._redis = client
+        self._keys = keys
+
+    def create(self, record: SwapRecord) -> SwapRecord:
+        first = record.model_copy(update={"phases": (PhaseEntry(name=SwapPhase.SUBMITTED, at=now_ms()),)})
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.set(self._keys.swap(record.id), first.model_dump_json())
+        pipe.rpush(self._keys.swaps, record.id)
+        pipe.execute()
+        return first
+
+    def get(self, swap_id: str) -> SwapRecord:
+        raw = self._redis.get(self._keys.swap(swap_id))
+        if raw is None:
+            raise UnknownSwap(f"no swap {swap_id!r} in namespace {self._keys.namespace!r}; see `hotswap status`")
+        return SwapRecord.model_validate_json(raw)
+
+    def find(self, swap_id: str) -> SwapRecord | None:
+        raw = self._redis.get(self._keys.swap(swap_id))
+        return None if raw is None else SwapRecord.model_validate_json(raw)
+
+    def all(self) -> list[SwapRecord]:
+        ids = [i.decode() if isinstance(i, bytes) else str(i) for i in self._redis.lrange(self._keys.swaps, 0, -1)]
+        return [record for record in (self.find(i) for i in ids) if record is not None]
+
+    def advance(
+        self,
+        swap_id: str,
+        target: SwapPhase,
+        *,
+        error: str | None = None,
+        when: Callable[[SwapRecord], bool] | None = None,
+        **changes: object,
+    ) -> SwapRecord | None:
+        """Move a swap to `target` atomically (optimistic check-and-set on the record).
+
+        `when` may refuse the move after reading the latest record; then nothing is written and
+        None is returned. Concurrent writers (the service graph cutting, the executor aborting)
+        cannot both win: the loser re-reads and re-checks.
+        """
+        key = self._keys.swap(swap_id)
+        while True:
+            with self._redis.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(key)
+                    raw = pipe.get(key)
+                    if raw is None:
+                        raise UnknownSwap(f"no swap {swap_id!r} in namespace {self._keys.namespace!r}")
+                    record = SwapRecord.model_validate_json(raw)
+                    if when is not None and not when(record):
+                        return None
+                    updated = record.advanced(target, error=error, **changes)
+                    pipe.multi()
+                    pipe.set(key, updated.model_dump_json())
+                    pipe.execute()
+                    return updated
+                except redis.WatchError:
+                    continue
+
+    def update(self, swap_id: str, **changes: object) -> SwapRecord:
+        """Change fields other than the phase (for example `markers_written`)."""
+        key = self._keys.swap(swap_id)
+        while True:
+            with self._redis.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(key)
+                    raw = pipe.get(key)
+                    if raw is None:
+                        raise UnknownSwap(f"no swap {swap_id!r} in namespace {self._keys.namespace!r}")
+                    updated = SwapRecord.model_validate_json(raw).model_copy(update=changes)
+                    pipe.multi()
+                    pipe.set(key, updated.model_dump_json())
+                    pipe.execute()
+                    return updated
+                except redis.WatchError:
+                    continue

@@ -1,0 +1,182 @@
+"""Settings: one frozen model read from HOTSWAP_* environment variables, an optional TOML file,
+and CLI flags on top (passed in as keyword arguments), in that order of precedence."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from contract.errors import ConfigError
+from contract.windows import parse_duration_ms
+
+DEFAULT_CONFIG_FILE = Path("hotswap.toml")
+
+
+class Settings(BaseSettings):
+    """Everything hotswap can be told. Durations accept '10s', '500ms', '2m'."""
+
+    model_config = SettingsConfigDict(env_prefix="HOTSWAP_", frozen=True, extra="forbid")
+
+    # Where the embedded stack, fetched jars and Spark checkpoints live.
+    home: Path = Path(".hotswap")
+    # Every Redis key, topic and checkpoint of one deployment sits under its namespace.
+    namespace: str = Field(default="default", pattern=r"^[A-Za-z0-9_.-]+$")
+
+    # Existing services: when set, `hotswap stack up` starts nothing for them.
+    kafka_bootstrap: str | None = None
+    redis_url: SecretStr | None = None
+
+    # Kafka client security, passed to both kafka-python and Spark's connector.
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    kafka_sasl_mechanism: str | None = None
+    kafka_sasl_username: str | None = None
+    kafka_sasl_password: SecretStr | None = None
+    kafka_ssl_cafile: Path | None = None
+
+    # The embedded stack (used when kafka_bootstrap / redis_url are not set).
+    kafka_port: int = 9092
+    kafka_controller_port: int = 9093
+    kafka_heap: str = "384m"
+    redis_port: int = 6379
+
+    # Spark: the session is built in one place (executor.spark_session) from these.
+    spark_master: str = "local[2]"
+    spark_driver_memory: str = "1g"
+    spark_conf: dict[str, str] = Field(default_factory=dict)
+
+    # The pipeline.
+    source_topic: str = "events"
+    sink_topic: str = "results"
+    source_partitions: int = Field(default=2, ge=1)
+    topic_replication_factor: int = Field(default=1, ge=1)
+    window: str = "10s"
+    lateness: str = "5s"
+    idle_timeout: str = "30s"
+    keep_retired_topics: bool = False
+
+    # Bounded waits.
+    deploy_timeout: str = "120s"
+    drain_timeout: str = "300s"
+
+    log_format: Literal["console", "json"] = "console"
+    log_level: str = "info"
+
+    @field_validator("window", "lateness", "idle_timeout", "deploy_timeout", "drain_timeout")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        parse_duration_ms(value)
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml_file = Path(os.environ.get("HOTSWAP_CONFIG_FILE", DEFAULT_CONFIG_FILE))
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file))
+
+    # Derived values: computed, never stored, so they cannot disagree with the fields above.
+    @property
+    def window_ms(self) -> int:
+        return parse_duration_ms(self.window)
+
+    @property
+    def lateness_ms(self) -> int:
+        return parse_duration_ms(self.lateness)
+
+    @property
+    def idle_timeout_ms(self) -> int:
+        return parse_duration_ms(self.idle_timeout)
+
+    @property
+    def deploy_timeout_s(self) -> float:
+        return parse_duration_ms(self.deploy_timeout) / 1000
+
+    @property
+    def drain_timeout_s(self) -> float:
+        return parse_duration_ms(self.drain_timeout) / 1000
+
+    @property
+    def bootstrap(self) -> str:
+        return self.kafka_bootstrap or f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def redis_dsn(self) -> str:
+        if self.redis_url is not None:
+            return self.redis_url.get_secret_value()
+        return f"redis://127.0.0.1:{self.redis_port}/0"
+
+    @property
+    def late_topic(self) -> str:
+        return f"hotswap.{self.namespace}.late"
+
+    @property
+    def dead_letter_topic(self) -> str:
+        return f"hotswap.{self.namespace}.dead-letter"
+
+    def graph_topic(self, query_id: str) -> str:
+        return f"hotswap.{self.namespace}.graph.{query_id}"
+
+    def checkpoint_dir(self, name: str) -> Path:
+        return (self.home / "checkpoints" / self.namespace / name).resolve()
+
+    def kafka_python_config(self) -> dict[str, Any]:
+        """Client settings for kafka-python (producers, consumers, admin)."""
+        config: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap.split(","),
+            "security_protocol": self.kafka_security_protocol,
+        }
+        if self.kafka_sasl_mechanism:
+            config["sasl_mechanism"] = self.kafka_sasl_mechanism
+            config["sasl_plain_username"] = self.kafka_sasl_username
+            if self.kafka_sasl_password is not None:
+                config["sasl_plain_password"] = self.kafka_sasl_password.get_secret_value()
+        if self.kafka_ssl_cafile:
+            config["ssl_cafile"] = str(self.kafka_ssl_cafile)
+        return config
+
+    def spark_kafka_options(self) -> dict[str, str]:
+        """Options for Spark's Kafka source and sink (`kafka.`-prefixed client properties)."""
+        options = {
+            "kafka.bootstrap.servers": self.bootstrap,
+            "kafka.security.protocol": self.kafka_security_protocol,
+        }
+        if self.kafka_sasl_mechanism:
+            options["kafka.sasl.mechanism"] = self.kafka_sasl_mechanism
+            password = self.kafka_sasl_password.get_secret_value() if self.kafka_sasl_password else ""
+            module = (
+                "org.apache.kafka.common.security.scram.ScramLoginModule"
+                if self.kafka_sasl_mechanism.upper().startswith("SCRAM")
+                else "org.apache.kafka.common.security.plain.PlainLoginModule"
+            )
+            options["kafka.sasl.jaas.config"] = (
+                f'{module} required username="{self.kafka_sasl_username}" password="{password}";'
+            )
+        if self.kafka_ssl_cafile:
+            options["kafka.ssl.truststore.type"] = "PEM"
+            options["kafka.ssl.truststore.location"] = str(self.kafka_ssl_cafile)
+        return options
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build settings, with CLI flags (non-None keyword arguments) on top of env and TOML."""
+    given = {key: value for key, value in overrides.items() if value is not None}
+    try:
+        return Settings(**given)
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        first = str(exc).splitlines()
+        detail = " ".join(line.strip() for line in first[1:3]) if len(first) > 1 else str(exc)
+        raise ConfigError(f"invalid settings: {detail}") from exc

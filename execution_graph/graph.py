@@ -1,0 +1,115 @@
+"""Running user queries as Spark streaming queries, one per execution graph.
+
+Each graph reads its own input topic. The event-time watermark is applied before the user's
+query sees a row; the end-of-window marker passes through the watermark node (so it moves the
+watermark) and is then filtered out by a condition on the event-time column, which Spark keeps
+above the watermark node (a filter on another column would be pushed below it and swallow the
+marker; see DESIGN.md, "Known traps").
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import structlog
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from contract.errors import TimeoutExpired
+from contract.models import GraphRecord
+from contract.settings import Settings
+from execution_graph.errors import GraphStartFailed
+from execution_graph.user_query import apply_query, first_line
+
+log = structlog.get_logger(__name__)
+
+ROUTED_SCHEMA = "kind STRING, key STRING, value DOUBLE, ts BIGINT, partition INT, offset BIGINT"
+BatchWriter = Callable[[DataFrame, int], None]
+
+
+def query_name(namespace: str, query_id: str) -> str:
+    return f"hotswap.{namespace}.graph.{query_id}"
+
+
+def events_stream(spark: SparkSession, settings: Settings, topic: str, watermark_delay_ms: int) -> DataFrame:
+    """The `events` a user query sees: data rows of the graph's input topic, watermarked."""
+    raw = (
+        spark.readStream.format("kafka")
+        .options(**settings.spark_kafka_options())
+        .option("subscribe", topic)
+        .option("startingOffsets", "earliest")
+        .option("failOnDataLoss", "false")
+        .load()
+    )
+    rows = raw.selectExpr(f"from_json(CAST(value AS STRING), '{ROUTED_SCHEMA}') AS r").selectExpr(
+        "r.kind AS kind", "r.key AS key", "r.value AS value", "r.ts AS ts", "timestamp_millis(r.ts) AS event_time"
+    )
+    watermarked = rows.withWatermark("event_time", f"{watermark_delay_ms} milliseconds")
+    # Keeps data rows and drops markers, but only after the watermark node has seen them.
+    data = watermarked.where("CASE WHEN kind = 'data' THEN true ELSE event_time IS NULL END")
+    return data.select("key", "value", "ts", "event_time")
+
+
+class GraphRunner:
+    """Starts, finds and stops the Spark queries of execution graphs."""
+
+    def __init__(self, spark: SparkSession, settings: Settings) -> None:
+        self._spark = spark
+        self._settings = settings
+        self._queries: dict[str, StreamingQuery] = {}
+
+    def start(self, record: GraphRecord, writer: BatchWriter) -> StreamingQuery:
+        existing = self._queries.get(record.query_id)
+        if existing is not None and existing.isActive:
+            return existing
+        events = events_stream(self._spark, self._settings, record.topic, record.watermark_delay_ms)
+        output = apply_query(self._spark, events, record.source)
+        query = (
+            output.writeStream.queryName(query_name(self._settings.namespace, record.query_id))
+            .outputMode("append")
+            .option("checkpointLocation", str(self._settings.checkpoint_dir(f"graph-{record.query_id}")))
+            .foreachBatch(writer)
+            .start()
+        )
+        self._queries[record.query_id] = query
+        log.info("execution graph started", query_id=record.query_id, topic=record.topic)
+        return query
+
+    def wait_running(self, query_id: str, timeout_s: float) -> None:
+        """Returns once the graph's query is active and past source initialisation."""
+        query = self._queries[query_id]
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            failure = query.exception()
+            if failure is not None or not query.isActive:
+                reason = first_line(failure) if failure is not None else "it stopped"
+                raise GraphStartFailed(f"execution graph {query_id} failed to start: {reason}")
+            message = str(query.status.get("message", ""))
+            if query.lastProgress is not None or message.startswith("Waiting"):
+                return
+            time.sleep(0.2)
+        raise TimeoutExpired(
+            f"execution graph {query_id} was not running after {timeout_s:.0f}s (waited for its Spark query to start)"
+        )
+
+    def query(self, query_id: str) -> StreamingQuery | None:
+        return self._queries.get(query_id)
+
+    def failure(self, query_id: str) -> str | None:
+        """One line describing why the graph's query died, or None while it is healthy."""
+        query = self._queries.get(query_id)
+        if query is None or query.isActive:
+            return None
+        failure = query.exception()
+        return first_line(failure) if failure is not None else "stopped"
+
+    def stop(self, query_id: str) -> None:
+        query = self._queries.pop(query_id, None)
+        if query is not None and query.isActive:
+            query.stop()
+            log.info("execution graph stopped", query_id=query_id)
+
+    def stop_all(self) -> None:
+        for query_id in list(self._queries):
+            self.stop(query_id)

@@ -1,0 +1,151 @@
+"""What the CLI does against a running executor, through Redis only: submit, wait, abort, status."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from contract.errors import TimeoutExpired
+from contract.journal import Journal, SwapPhase, SwapRecord
+from contract.keys import Keys
+from contract.models import CurrentQuery, GraphRecord, ServiceState
+from contract.settings import Settings
+from execution_graph.user_query import load_query_source
+from executor.errors import ExecutorError, SubmitRejected, SwapFailed
+from service_sink.progress import read_progress
+
+ABORTABLE = (SwapPhase.SUBMITTED, SwapPhase.VALIDATED, SwapPhase.DEPLOYED)
+
+
+def redis_client(settings: Settings) -> redis.Redis:
+    return redis.Redis.from_url(
+        settings.redis_dsn, socket_timeout=10, socket_connect_timeout=5, health_check_interval=30
+    )
+
+
+class Client:
+    def __init__(self, settings: Settings, client: redis.Redis | None = None) -> None:
+        self.settings = settings
+        self._redis = client or redis_client(settings)
+        self._keys = Keys(settings.namespace)
+        self.journal = Journal(self._redis, self._keys)
+
+    def submit(self, path: Path, name: str | None = None, validation_timeout_s: float = 120.0) -> SwapRecord:
+        """Queue a swap and return once the executor has validated it; raises SubmitRejected."""
+        source = load_query_source(path, name)
+        if not self._redis.exists(self._keys.lease):
+            raise ExecutorError(
+                f"no executor is running on namespace {self.settings.namespace!r}; start one with `hotswap run`"
+            )
+        swap = self.journal.create(SwapRecord(id=uuid.uuid4().hex[:10], to_query=source.name, source=source))
+        record = self.wait_for(swap.id, lambda r: r.state is not SwapPhase.SUBMITTED, validation_timeout_s, "validated")
+        if record.state is SwapPhase.REJECTED:
+            raise SubmitRejected(f"rejected: {record.error}")
+        return record
+
+    def wait_until_done(self, swap_id: str, timeout_s: float) -> SwapRecord:
+        record = self.wait_for(swap_id, lambda r: r.state.is_terminal, timeout_s, "completed")
+        if record.state is not SwapPhase.COMPLETED:
+            raise SwapFailed(f"swap {swap_id} {record.state}: {record.error}")
+        return record
+
+    def wait_for(self, swap_id: str, done: Any, timeout_s: float, what: str) -> SwapRecord:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            record = self.journal.get(swap_id)
+            if done(record):
+                return record
+            if time.monotonic() >= deadline:
+                raise TimeoutExpired(
+                    f"swap {swap_id} was not {what} within {timeout_s:.0f}s (it is {record.state}); "
+                    "follow it with `hotswap status`"
+                )
+            time.sleep(0.3)
+
+    def abort(self, swap_id: str) -> SwapRecord:
+        aborted = self.journal.advance(
+            swap_id, SwapPhase.ABORTED, error="aborted by operator", when=lambda r: r.state in ABORTABLE
+        )
+        if aborted is None:
+            latest = self.journal.get(swap_id)
+            raise ExecutorError(
+                f"swap {swap_id} is {latest.state}; only a swap before its cut can be aborted"
+                if latest.state.is_past_cut
+                else f"swap {swap_id} has already ended ({latest.state})"
+            )
+        return aborted
+
+    def status(self) -> dict[str, Any]:
+        """The status document; its core fields are a contract (README, "Status")."""
+        raw_current = self._redis.get(self._keys.current)
+        current = CurrentQuery.model_validate_json(raw_current) if raw_current else None
+        raw_service = self._redis.get(self._keys.service)
+        service = ServiceState.model_validate_json(raw_service) if raw_service else ServiceState()
+        counters = {
+            (k.decode() if isinstance(k, bytes) else str(k)): int(v)
+            for k, v in self._redis.hgetall(self._keys.counters).items()
+        }
+        graphs = {
+            (k.decode() if isinstance(k, bytes) else str(k)): GraphRecord.model_validate_json(v)
+            for k, v in self._redis.hgetall(self._keys.graphs).items()
+        }
+        lease = self._redis.get(self._keys.lease)
+        return {
+            "namespace": self.settings.namespace,
+            "executor": lease.decode() if isinstance(lease, bytes) else lease,
+            "current": current.model_dump() if current else None,
+            "swaps": [_swap_view(s) for s in self.journal.all()],
+            "service": {
+                "watermark": service.watermark,
+                "last_batch": service.last_batch,
+                "partitions": {
+                    p: {"window_end": n.window_end, "event_time": n.event_time, "offset": n.offset}
+                    for p, n in sorted(service.partitions.items(), key=lambda item: int(item[0]))
+                },
+            },
+            "graphs": {
+                query_id: {
+                    "state": g.state,
+                    "topic": g.topic,
+                    "window_ms": g.window_ms,
+                    "kind": g.source.kind,
+                    "started_at": g.started_at,
+                    "retired_at": g.retired_at,
+                    "progress": _progress_view(read_progress(self._redis, self._keys, query_id)),
+                }
+                for query_id, g in graphs.items()
+            },
+            "late_records": counters.get("late_records", 0),
+            "dead_letter_records": counters.get("dead_letter_records", 0),
+        }
+
+
+def _swap_view(swap: SwapRecord) -> dict[str, Any]:
+    return {
+        "id": swap.id,
+        "from_query": swap.from_query,
+        "to_query": swap.to_query,
+        "state": str(swap.state),
+        "cut_window_end": swap.cut_window_end,
+        "cut_batch": swap.cut_batch,
+        "old_window_ms": swap.old_window_ms,
+        "new_window_ms": swap.new_window_ms,
+        "phases": [{"name": str(p.name), "at": p.at} for p in swap.phases],
+        "error": swap.error,
+    }
+
+
+def _progress_view(progress: Any) -> dict[str, Any] | None:
+    if progress is None:
+        return None
+    return {
+        "batch_id": progress.batch_id,
+        "watermark": progress.watermark,
+        "committed_batch": progress.committed_batch,
+        "committed_watermark": progress.committed_watermark,
+        "num_input_rows": progress.num_input_rows,
+    }

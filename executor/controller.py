@@ -1,0 +1,136 @@
+"""The executor: hosts the Spark driver, deploys the service graph and the execution graphs,
+drives swaps, and resumes from Redis and the checkpoints after a restart."""
+
+from __future__ import annotations
+
+import threading
+
+import redis
+import structlog
+from pyspark.sql import SparkSession
+
+from contract.errors import HotswapError
+from contract.keys import Keys
+from contract.models import GraphRecord, GraphState, QuerySource
+from contract.settings import Settings
+from execution_graph.graph import query_name as graph_query_name
+from executor.errors import ExecutorError
+from executor.graphs import Graphs
+from executor.lease import Lease
+from executor.swap import SwapProtocol
+from executor.topics import Topics
+from service_graph.query import ServiceGraph
+from service_sink.progress import ProgressReporter
+
+log = structlog.get_logger(__name__)
+
+TICK_S = 0.25
+
+
+class Executor:
+    def __init__(self, settings: Settings, spark: SparkSession, client: redis.Redis) -> None:
+        self.settings = settings
+        self._spark = spark
+        self._redis = client
+        self._keys = Keys(settings.namespace)
+        self._topics = Topics(settings)
+        self.graphs = Graphs(spark, settings, client, self._topics)
+        self.service = ServiceGraph(spark, settings, client)
+        self.reporter = ProgressReporter(
+            spark,
+            client,
+            self._keys,
+            prefix=graph_query_name(settings.namespace, ""),
+            checkpoint_for=lambda query_id: str(settings.checkpoint_dir(f"graph-{query_id}")),
+        )
+        self._lease = Lease(client, self._keys.lease)
+        self._swaps: SwapProtocol | None = None
+        self.ready = threading.Event()
+
+    def run(self, initial: QuerySource | None, stop: threading.Event) -> None:
+        """Run until `stop` is set; returns after stopping every query this executor started."""
+        self._lease.acquire()
+        structlog.contextvars.bind_contextvars(namespace=self.settings.namespace)
+        self._spark.streams.addListener(self.reporter)
+        try:
+            partitions = self._bootstrap(initial)
+            self._swaps = SwapProtocol(self.settings, self._redis, self.graphs, self.reporter, partitions)
+            self.ready.set()
+            log.info("executor running", source=self.settings.source_topic, sink=self.settings.sink_topic)
+            while not stop.is_set():
+                self.tick()
+                stop.wait(TICK_S)
+        finally:
+            self._shutdown()
+
+    def tick(self) -> None:
+        self._lease.renew()
+        assert self._swaps is not None
+        self._swaps.step()
+        self.reporter.confirm_commits()
+        query = self.service.query
+        if query is not None and not query.isActive:
+            failure = query.exception()
+            raise ExecutorError(f"the service graph stopped: {failure}; restart `hotswap run` to resume")
+
+    def _bootstrap(self, initial: QuerySource | None) -> int:
+        settings = self.settings
+        partitions = self._topics.partitions(settings.source_topic)
+        if partitions is None:
+            self._topics.ensure(settings.source_topic, settings.source_partitions)
+            partitions = settings.source_partitions
+        for topic in (settings.sink_topic, settings.late_topic, settings.dead_letter_topic):
+            self._topics.ensure(topic, partitions)
+
+        current = self.graphs.current()
+        if current is None:
+            if initial is None:
+                raise ExecutorError(
+                    f"namespace {settings.namespace!r} has no query yet; start it with `hotswap run --query FILE`"
+                )
+            self._deploy_initial(initial, partitions)
+        else:
+            if initial is not None:
+                log.info(
+                    "namespace already has a query; resuming it (submit a new one with `hotswap submit`)",
+                    query_id=current.query_id,
+                )
+            for record in self.graphs.records().values():
+                if record.state in (GraphState.STARTING, GraphState.RUNNING):
+                    self.graphs.resume(record, partitions)
+        self.service.start()
+        return partitions
+
+    def _deploy_initial(self, initial: QuerySource, partitions: int) -> None:
+        shape = self.graphs.validate(initial, None)
+        if shape.window_ms != self.settings.window_ms:
+            log.info(
+                "query window differs from the service window; routing uses the service window",
+                query_window_ms=shape.window_ms,
+                service_window_ms=self.settings.window_ms,
+            )
+        query_id = self.graphs.unique_id(initial.name, set())
+        record = GraphRecord(
+            query_id=query_id,
+            source=initial,
+            window_ms=shape.window_ms,
+            watermark_delay_ms=self.settings.lateness_ms,
+            topic=self.settings.graph_topic(query_id),
+            group_columns=shape.group_columns,
+        )
+        running = self.graphs.deploy(record, partitions)
+        self.graphs.set_current(running)
+        log.info("initial execution graph running", query_id=query_id, window_ms=shape.window_ms)
+
+    def _shutdown(self) -> None:
+        log.info("executor stopping")
+        for action in (self.service.stop, self.graphs.runner.stop_all, self._topics.close, self._lease.release):
+            try:
+                action()
+            except (HotswapError, redis.RedisError, OSError) as exc:
+                log.warning("error while stopping", action=getattr(action, "__name__", "?"), error=str(exc))
+        try:
+            self._spark.streams.removeListener(self.reporter)
+        except Exception as exc:  # py4j may fail while Spark itself is shutting down
+            log.debug("listener not removed", error=str(exc))
+        structlog.contextvars.unbind_contextvars("namespace")

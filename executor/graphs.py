@@ -1,0 +1,106 @@
+"""The execution graphs of one namespace: their records in Redis and their Spark queries.
+
+A graph's record is written before the action it describes (starting, retiring), so a
+restarted executor can finish what was begun.
+"""
+
+from __future__ import annotations
+
+import redis
+import structlog
+from pyspark.sql import SparkSession
+
+from contract.keys import Keys
+from contract.models import CurrentQuery, GraphRecord, GraphState, QuerySource, now_ms
+from contract.settings import Settings
+from execution_graph.graph import GraphRunner, events_stream
+from execution_graph.validation import QueryShape, validate_query
+from executor.topics import Topics
+from service_sink.results import ResultWriter
+
+log = structlog.get_logger(__name__)
+
+
+class Graphs:
+    def __init__(self, spark: SparkSession, settings: Settings, client: redis.Redis, topics: Topics) -> None:
+        self._spark = spark
+        self._settings = settings
+        self._redis = client
+        self._keys = Keys(settings.namespace)
+        self._topics = topics
+        self.runner = GraphRunner(spark, settings)
+
+    # -- records ---------------------------------------------------------------------------
+    def records(self) -> dict[str, GraphRecord]:
+        raw = self._redis.hgetall(self._keys.graphs)
+        return {
+            (k.decode() if isinstance(k, bytes) else str(k)): GraphRecord.model_validate_json(v) for k, v in raw.items()
+        }
+
+    def get(self, query_id: str) -> GraphRecord | None:
+        raw = self._redis.hget(self._keys.graphs, query_id)
+        return None if raw is None else GraphRecord.model_validate_json(raw)
+
+    def save(self, record: GraphRecord) -> None:
+        self._redis.hset(self._keys.graphs, record.query_id, record.model_dump_json())
+
+    def current(self) -> CurrentQuery | None:
+        raw = self._redis.get(self._keys.current)
+        return None if raw is None else CurrentQuery.model_validate_json(raw)
+
+    def set_current(self, record: GraphRecord) -> None:
+        current = CurrentQuery(query_id=record.query_id, started_at=record.started_at or now_ms())
+        self._redis.set(self._keys.current, current.model_dump_json())
+
+    def unique_id(self, name: str, taken: set[str]) -> str:
+        used = set(self.records()) | taken
+        if name not in used:
+            return name
+        n = 2
+        while f"{name}-{n}" in used:
+            n += 1
+        return f"{name}-{n}"
+
+    # -- validation ------------------------------------------------------------------------
+    def validate(self, source: QuerySource, running_window_ms: int | None) -> QueryShape:
+        # Analysed over a stream of a topic that is never started, so nothing is read.
+        stream = events_stream(
+            self._spark, self._settings, self._settings.graph_topic("validation"), self._settings.lateness_ms
+        )
+        return validate_query(self._spark, source, stream, running_window_ms)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def deploy(self, record: GraphRecord, partitions: int) -> GraphRecord:
+        """Create the graph's topic, start its query and wait until it runs."""
+        self.save(record)
+        self._topics.ensure(record.topic, partitions)
+        self.runner.start(record, ResultWriter(self._settings, record.query_id, record.group_columns))
+        self.runner.wait_running(record.query_id, self._settings.deploy_timeout_s)
+        running = record.model_copy(update={"state": GraphState.RUNNING, "started_at": record.started_at or now_ms()})
+        self.save(running)
+        return running
+
+    def resume(self, record: GraphRecord, partitions: int) -> GraphRecord:
+        """Restart a graph that was starting or running when the executor stopped."""
+        log.info("resuming execution graph", query_id=record.query_id, state=record.state)
+        return self.deploy(record, partitions)
+
+    def retire(self, query_id: str) -> None:
+        """Stop the graph's query and remove its topic (unless retired topics are kept)."""
+        self.runner.stop(query_id)
+        record = self.get(query_id)
+        if record is None:
+            return
+        if record.state is not GraphState.RETIRED:
+            self.save(record.model_copy(update={"state": GraphState.RETIRED, "retired_at": now_ms()}))
+        if not self._settings.keep_retired_topics:
+            self._topics.delete(record.topic)
+        log.info("execution graph retired", query_id=query_id)
+
+    def discard(self, query_id: str) -> None:
+        """Remove a graph that never served (its swap failed or was aborted before the cut)."""
+        self.runner.stop(query_id)
+        record = self.get(query_id)
+        if record is not None:
+            self.save(record.model_copy(update={"state": GraphState.FAILED, "retired_at": now_ms()}))
+            self._topics.delete(record.topic)

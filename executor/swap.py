@@ -1,0 +1,202 @@
+"""The swap protocol, driven by the executor one step per loop.
+
+Phases (see contract.journal): submitted -> validated -> deployed -> cut -> draining -> drained
+-> retired -> completed. The executor validates, deploys, confirms the drain and retires; the
+service graph takes the cut and writes the end-of-window markers, because both must happen at a
+micro-batch boundary of its own query. Swaps run one at a time, in submission order: a submit
+that arrives during a running swap is validated at once and queued.
+"""
+
+from __future__ import annotations
+
+import time
+
+import redis
+import structlog
+
+from contract.errors import HotswapError
+from contract.journal import Journal, SwapPhase, SwapRecord
+from contract.keys import Keys
+from contract.models import GraphRecord, GraphState
+from contract.settings import Settings
+from executor.graphs import Graphs
+from service_sink.progress import ProgressReporter, read_progress
+
+log = structlog.get_logger(__name__)
+
+IN_FLIGHT = (
+    SwapPhase.VALIDATED,
+    SwapPhase.DEPLOYED,
+    SwapPhase.CUT,
+    SwapPhase.DRAINING,
+    SwapPhase.DRAINED,
+    SwapPhase.RETIRED,
+)
+
+
+class SwapProtocol:
+    def __init__(
+        self,
+        settings: Settings,
+        client: redis.Redis,
+        graphs: Graphs,
+        reporter: ProgressReporter,
+        partitions: int,
+    ) -> None:
+        self._settings = settings
+        self._redis = client
+        self._keys = Keys(settings.namespace)
+        self._journal = Journal(client, self._keys)
+        self._graphs = graphs
+        self._reporter = reporter
+        self._partitions = partitions
+        self._deployed_seen: dict[str, float] = {}
+        self._waiting_logged: set[tuple[str, SwapPhase]] = set()
+
+    def step(self) -> None:
+        swaps = self._journal.all()
+        for swap in swaps:
+            if swap.state is SwapPhase.SUBMITTED:
+                self._validate(swap, swaps)
+        swaps = self._journal.all()
+        active = next((s for s in swaps if s.state in IN_FLIGHT), None)
+        if active is not None:
+            self._advance(active)
+        self._clean_up(swaps)
+
+    # -- validation ------------------------------------------------------------------------
+    def _predecessor(self, swap: SwapRecord, swaps: list[SwapRecord]) -> tuple[str | None, int | None]:
+        """The query this swap will replace, and its window size: the target of the last swap
+        queued before it, or the current query."""
+        current = self._graphs.current()
+        query_id = current.query_id if current else None
+        for earlier in swaps:
+            if earlier.id == swap.id:
+                break
+            if earlier.state in IN_FLIGHT:
+                query_id = earlier.to_query
+        record = self._graphs.get(query_id) if query_id else None
+        if record is None and query_id is not None:
+            queued = next((s for s in swaps if s.to_query == query_id and s.new_window_ms), None)
+            return query_id, queued.new_window_ms if queued else None
+        return query_id, record.window_ms if record else None
+
+    def _validate(self, swap: SwapRecord, swaps: list[SwapRecord]) -> None:
+        bound = log.bind(swap_id=swap.id)
+        if swap.source is None:
+            self._journal.advance(swap.id, SwapPhase.REJECTED, error="swap carries no query")
+            return
+        from_query, old_window = self._predecessor(swap, swaps)
+        try:
+            shape = self._graphs.validate(swap.source, old_window)
+        except HotswapError as exc:
+            bound.info("swap rejected", reason=str(exc))
+            self._journal.advance(swap.id, SwapPhase.REJECTED, error=str(exc))
+            return
+        taken = {s.to_query for s in swaps if s.id != swap.id and s.state in IN_FLIGHT}
+        query_id = self._graphs.unique_id(swap.to_query, taken)
+        updated = self._journal.advance(
+            swap.id,
+            SwapPhase.VALIDATED,
+            when=lambda r: r.state is SwapPhase.SUBMITTED,
+            to_query=query_id,
+            from_query=from_query,
+            old_window_ms=old_window,
+            new_window_ms=shape.window_ms,
+        )
+        if updated is not None:
+            record = GraphRecord(
+                query_id=query_id,
+                source=swap.source,
+                window_ms=shape.window_ms,
+                watermark_delay_ms=self._settings.lateness_ms,
+                topic=self._settings.graph_topic(query_id),
+                group_columns=shape.group_columns,
+            )
+            self._graphs.save(record)
+            bound.info("swap validated", to_query=query_id, from_query=from_query, window_ms=shape.window_ms)
+
+    # -- the protocol ----------------------------------------------------------------------
+    def _advance(self, swap: SwapRecord) -> None:
+        bound = log.bind(swap_id=swap.id, query_id=swap.to_query)
+        if swap.state is SwapPhase.VALIDATED:
+            self._deploy(swap, bound)
+        elif swap.state is SwapPhase.DEPLOYED:
+            self._await_cut(swap, bound)
+        elif swap.state in (SwapPhase.CUT, SwapPhase.DRAINING):
+            self._await_drain(swap, bound)
+        elif swap.state is SwapPhase.DRAINED:
+            self._journal.advance(swap.id, SwapPhase.RETIRED)
+            self._retire(swap, bound)
+        elif swap.state is SwapPhase.RETIRED:
+            self._retire(swap, bound)
+
+    def _deploy(self, swap: SwapRecord, bound: structlog.typing.FilteringBoundLogger) -> None:
+        record = self._graphs.get(swap.to_query)
+        if record is None:
+            self._fail(swap, f"graph {swap.to_query} has no record; resubmit the query")
+            return
+        bound.info("deploying new graph", topic=record.topic)
+        try:
+            self._graphs.deploy(record, self._partitions)
+        except HotswapError as exc:
+            self._fail(swap, f"{exc}; the old query keeps serving")
+            return
+        if self._journal.advance(swap.id, SwapPhase.DEPLOYED, when=lambda r: r.state is SwapPhase.VALIDATED):
+            bound.info("new graph deployed; waiting for the cut")
+
+    def _await_cut(self, swap: SwapRecord, bound: structlog.typing.FilteringBoundLogger) -> None:
+        failure = self._graphs.runner.failure(swap.to_query)
+        if failure is not None:
+            self._fail(swap, f"new query {swap.to_query} failed before the cut: {failure}; the old query keeps serving")
+            return
+        seen = self._deployed_seen.setdefault(swap.id, time.monotonic())
+        if time.monotonic() - seen > self._settings.drain_timeout_s:
+            self._fail(
+                swap,
+                f"no cut within {self._settings.drain_timeout}: the service graph routed no batch; "
+                f"check that events reach topic {self._settings.source_topic}, then resubmit",
+            )
+
+    def _await_drain(self, swap: SwapRecord, bound: structlog.typing.FilteringBoundLogger) -> None:
+        if swap.state is not SwapPhase.DRAINING or swap.from_query is None or swap.cut_window_end is None:
+            return
+        progress = read_progress(self._redis, self._keys, swap.from_query)
+        watermark = progress.committed_watermark if progress else None
+        if watermark is not None and watermark >= swap.cut_window_end:
+            self._journal.advance(swap.id, SwapPhase.DRAINED)
+            bound.info("old graph drained", from_query=swap.from_query, cut_window_end=swap.cut_window_end)
+        elif (swap.id, swap.state) not in self._waiting_logged:
+            self._waiting_logged.add((swap.id, swap.state))
+            bound.info("waiting for the old graph to emit its last windows", from_query=swap.from_query)
+
+    def _retire(self, swap: SwapRecord, bound: structlog.typing.FilteringBoundLogger) -> None:
+        if swap.from_query is not None:
+            self._graphs.retire(swap.from_query)
+            self._reporter.forget(swap.from_query)
+        new = self._graphs.get(swap.to_query)
+        if new is not None:
+            self._graphs.set_current(new)
+        self._journal.advance(swap.id, SwapPhase.COMPLETED)
+        bound.info("swap completed", from_query=swap.from_query, cut_window_end=swap.cut_window_end)
+
+    def _fail(self, swap: SwapRecord, reason: str) -> None:
+        before_cut = (SwapPhase.VALIDATED, SwapPhase.DEPLOYED)
+        failed = self._journal.advance(swap.id, SwapPhase.FAILED, error=reason, when=lambda r: r.state in before_cut)
+        if failed is not None:
+            log.warning("swap failed", swap_id=swap.id, reason=reason)
+            self._graphs.discard(swap.to_query)
+
+    def _clean_up(self, swaps: list[SwapRecord]) -> None:
+        """Stop graphs whose swap ended before the cut (aborted or failed)."""
+        current = self._graphs.current()
+        for swap in swaps:
+            # Only a validated swap owns its graph (validation gives it a unique query id).
+            if swap.state not in (SwapPhase.ABORTED, SwapPhase.FAILED) or swap.new_window_ms is None:
+                continue
+            if current is not None and current.query_id == swap.to_query:
+                continue
+            record = self._graphs.get(swap.to_query)
+            if record is not None and record.state in (GraphState.STARTING, GraphState.RUNNING):
+                log.info("removing graph of ended swap", swap_id=swap.id, query_id=swap.to_query, state=swap.state)
+                self._graphs.discard(swap.to_query)
