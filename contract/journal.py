@@ -132,42 +132,36 @@ class Journal:
         when: Callable[[SwapRecord], bool] | None = None,
         **changes: object,
     ) -> SwapRecord | None:
-        """Move a swap to `target` atomically (optimistic check-and-set on the record).
+        """Move a swap to `target` atomically; raises IllegalTransition if the move is not legal.
 
         `when` may refuse the move after reading the latest record; then nothing is written and
         None is returned. Concurrent writers (the service graph cutting, the executor aborting)
         cannot both win: the loser re-reads and re-checks.
         """
-        key = self._keys.swap(swap_id)
-        while True:
-            with self._redis.pipeline(transaction=True) as pipe:
-                try:
-                    pipe.watch(key)
-                    raw = pipe.get(key)
-                    if raw is None:
-                        raise UnknownSwap(f"no swap {swap_id!r} in namespace {self._keys.namespace!r}")
-                    record = SwapRecord.model_validate_json(raw)
-                    if when is not None and not when(record):
-                        return None
-                    updated = record.advanced(target, error=error, **changes)
-                    pipe.multi()
-                    pipe.set(key, updated.model_dump_json())
-                    pipe.execute()
-                    return updated
-                except redis.WatchError:
-                    continue
 
-    def update(self, swap_id: str, **changes: object) -> SwapRecord:
+        def change(record: SwapRecord) -> SwapRecord | None:
+            if when is not None and not when(record):
+                return None
+            return record.advanced(target, error=error, **changes)
+
+        return self._compare_and_set(swap_id, change)
+
+    def update(self, swap_id: str, **changes: object) -> SwapRecord | None:
         """Change fields other than the phase (for example `markers_written`)."""
+        return self._compare_and_set(swap_id, lambda record: record.model_copy(update=changes))
+
+    def _compare_and_set(self, swap_id: str, change: Callable[[SwapRecord], SwapRecord | None]) -> SwapRecord | None:
         key = self._keys.swap(swap_id)
         while True:
             with self._redis.pipeline(transaction=True) as pipe:
                 try:
-                    pipe.watch(key)
+                    pipe.watch(key)  # type: ignore[no-untyped-call]  # redis-py leaves watch() unannotated
                     raw = pipe.get(key)
                     if raw is None:
                         raise UnknownSwap(f"no swap {swap_id!r} in namespace {self._keys.namespace!r}")
-                    updated = SwapRecord.model_validate_json(raw).model_copy(update=changes)
+                    updated = change(SwapRecord.model_validate_json(raw))
+                    if updated is None:
+                        return None
                     pipe.multi()
                     pipe.set(key, updated.model_dump_json())
                     pipe.execute()

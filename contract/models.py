@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from enum import StrEnum
+
 from pydantic import BaseModel, ConfigDict, Field
 
 

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -28,6 +28,8 @@ class Settings(BaseSettings):
 
     # Where the embedded stack, fetched jars and Spark checkpoints live.
     home: Path = Path(".hotswap")
+    # Jars fetched from Maven Central (default: <home>/jars); tests share one cache across homes.
+    jars_dir: Path | None = None
     # Every Redis key, topic and checkpoint of one deployment sits under its namespace.
     namespace: str = Field(default="default", pattern=r"^[A-Za-z0-9_.-]+$")
 
@@ -73,7 +75,10 @@ class Settings(BaseSettings):
     @field_validator("window", "lateness", "idle_timeout", "deploy_timeout", "drain_timeout")
     @classmethod
     def _duration(cls, value: str) -> str:
-        parse_duration_ms(value)
+        try:
+            parse_duration_ms(value)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from exc
         return value
 
     @classmethod
@@ -108,6 +113,10 @@ class Settings(BaseSettings):
     @property
     def drain_timeout_s(self) -> float:
         return parse_duration_ms(self.drain_timeout) / 1000
+
+    @property
+    def jar_cache(self) -> Path:
+        return (self.jars_dir or self.home / "jars").resolve()
 
     @property
     def bootstrap(self) -> str:
@@ -176,7 +185,9 @@ def load_settings(**overrides: Any) -> Settings:
     given = {key: value for key, value in overrides.items() if value is not None}
     try:
         return Settings(**given)
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        first = str(exc).splitlines()
-        detail = " ".join(line.strip() for line in first[1:3]) if len(first) > 1 else str(exc)
-        raise ConfigError(f"invalid settings: {detail}") from exc
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc'])}: {error['msg'].removeprefix('Value error, ')}"
+            for error in exc.errors()
+        )
+        raise ConfigError(f"invalid settings: {problems}") from exc

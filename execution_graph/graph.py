@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import structlog
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from contract.errors import TimeoutExpired
 from contract.models import GraphRecord

@@ -7,12 +7,13 @@ over a small fixed sample of events, whose output reveals the window size and sh
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
+from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
-from py4j.protocol import Py4JJavaError
 
 from contract.models import QuerySource
 from contract.windows import common_boundary_ms, format_duration_ms
@@ -120,12 +121,16 @@ def _window_shape(spark: SparkSession, source: QuerySource, streaming_output: Da
     spans = sorted({int(r["s"]) for r in rows})
     sizes = {int(r["e"]) - int(r["s"]) for r in rows}
     if len(sizes) != 1:
-        raise QueryRejected(f"query {source.name!r} produces windows of several sizes; only tumbling windows can be cut")
+        raise QueryRejected(
+            f"query {source.name!r} produces windows of several sizes; only tumbling windows can be cut"
+        )
     size = sizes.pop()
     if size <= 0:
         raise QueryRejected(f"query {source.name!r} produces empty windows")
-    if any(b - a < size for a, b in zip(spans, spans[1:], strict=False)):
-        raise QueryRejected(f"query {source.name!r} uses overlapping (sliding) windows; only tumbling windows can be cut")
+    if any(b - a < size for a, b in itertools.pairwise(spans)):
+        raise QueryRejected(
+            f"query {source.name!r} uses overlapping (sliding) windows; only tumbling windows can be cut"
+        )
     if any(start % size for start in spans):
         raise QueryRejected(
             f"query {source.name!r} windows are offset from the epoch; drop the window() startTime argument"
@@ -137,4 +142,3 @@ def _window_shape(spark: SparkSession, source: QuerySource, streaming_output: Da
         if f.name not in ("window_start", "window_end", "query_id") and isinstance(f.dataType, GROUP_TYPES)
     )
     return QueryShape(window_ms=size, columns=columns, group_columns=groups)
-

@@ -64,7 +64,7 @@ class Executor:
             self._shutdown()
 
     def tick(self) -> None:
-        self._lease.renew()
+        self._lease.check()
         assert self._swaps is not None
         self._swaps.step()
         self.reporter.confirm_commits()
@@ -131,6 +131,6 @@ class Executor:
                 log.warning("error while stopping", action=getattr(action, "__name__", "?"), error=str(exc))
         try:
             self._spark.streams.removeListener(self.reporter)
-        except Exception as exc:  # py4j may fail while Spark itself is shutting down
+        except Exception as exc:  # noqa: BLE001 - py4j may raise anything while Spark shuts down
             log.debug("listener not removed", error=str(exc))
         structlog.contextvars.unbind_contextvars("namespace")

@@ -1,18 +1,23 @@
 """The executor's lease on a namespace: only one executor acts at a time.
 
-The holder keeps a random token in the lease key with a time-to-live and renews it every loop;
-renewal and release only succeed while the key still holds our token (a fencing check).
+The holder keeps a random token in the lease key with a time-to-live. A heartbeat thread renews
+it, so long steps (validating, deploying) cannot let it lapse; renewal and release only succeed
+while the key still holds our token (a fencing check). A lost lease stops the executor.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import threading
 import uuid
 
 import redis
+import structlog
 
 from executor.errors import LeaseHeld
+
+log = structlog.get_logger(__name__)
 
 _RENEW = """
 if redis.call('get', KEYS[1]) == ARGV[1] then
@@ -34,20 +39,40 @@ class Lease:
         self._key = key
         self._ttl_ms = ttl_ms
         self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._stop = threading.Event()
+        self._lost: str | None = None
+        self._thread: threading.Thread | None = None
 
     def acquire(self) -> None:
-        if self._redis.set(self._key, self.token, nx=True, px=self._ttl_ms):
-            return
-        holder = self._redis.get(self._key)
-        holder_text = holder.decode() if isinstance(holder, bytes) else str(holder)
-        raise LeaseHeld(
-            f"another executor ({holder_text}) already runs this namespace; stop it first, "
-            f"or wait {self._ttl_ms // 1000}s if it was killed"
-        )
+        if not self._redis.set(self._key, self.token, nx=True, px=self._ttl_ms):
+            holder = self._redis.get(self._key)
+            holder_text = holder.decode() if isinstance(holder, bytes) else str(holder)
+            raise LeaseHeld(
+                f"another executor ({holder_text}) already runs this namespace; stop it first, "
+                f"or wait {self._ttl_ms // 1000}s if it was killed"
+            )
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._heartbeat, name="hotswap-lease", daemon=True)
+        self._thread.start()
 
-    def renew(self) -> None:
-        if not self._redis.eval(_RENEW, 1, self._key, self.token, str(self._ttl_ms)):
-            raise LeaseHeld("this executor lost its lease on the namespace (another executor took over); stopping")
+    def check(self) -> None:
+        """Raises LeaseHeld if the heartbeat found the lease taken by someone else."""
+        if self._lost is not None:
+            raise LeaseHeld(self._lost)
 
     def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
         self._redis.eval(_RELEASE, 1, self._key, self.token)
+
+    def _heartbeat(self) -> None:
+        interval_s = self._ttl_ms / 3000
+        while not self._stop.wait(interval_s):
+            try:
+                if not self._redis.eval(_RENEW, 1, self._key, self.token, str(self._ttl_ms)):
+                    self._lost = "this executor lost its lease on the namespace (another executor took over); stopping"
+                    return
+            except redis.RedisError as exc:
+                # Redis may be restarting; keep trying until the lease would have expired anyway.
+                log.warning("lease renewal failed; retrying", error=str(exc))

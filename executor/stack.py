@@ -59,9 +59,11 @@ FORMAT_TIMEOUT_S = 120.0
 STOP_GRACE_S = {"kafka": 30.0, "redis": 10.0}
 KILL_WAIT_S = 5.0
 POLL_S = 0.25
+RACE_GRACE_S = 10.0
 LOG_ROTATE_BYTES = 8 * 1024 * 1024
 _START_BANNER = "--- hotswap: starting"
 _JAVA_EXCEPTION = re.compile(r"^(?:[\w$]+\.)*[\w$]*(?:Exception|Error): ")
+_LISTEN, _INODE = "0A", 9  # in /proc/net/tcp: the LISTEN state, the inode column
 _POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 # Runs a command in the background with its output appended to a log, and prints its pid. The
 # shell exits at once, so the service is nobody's child here: no zombies, no Popen to keep alive.
@@ -118,14 +120,14 @@ class EmbeddedStack:
 
     def kafka_jars(self) -> Path:
         """The directory of the broker's jars, fetched from Maven Central on first use."""
-        dest = self.home / "jars" / f"kafka-{_kafka_version()}"
+        dest = self.settings.jar_cache / f"kafka-{_kafka_version()}"
         self._fetch(KAFKA_POM_DIR, dest, [], "Kafka broker")
         return dest
 
     def spark_connector_jars(self) -> list[Path]:
         """The paths of Spark's Kafka connector jars at the pyspark version, fetched on first use."""
         spark_version = _pyspark_version()
-        dest = self.home / "jars" / f"spark-connector-{spark_version}"
+        dest = self.settings.jar_cache / f"spark-connector-{spark_version}"
         extra = [f"-Dspark.version={spark_version}", "-DincludeArtifactIds=" + ",".join(CONNECTOR_ARTIFACTS)]
         self._fetch(CONNECTOR_POM_DIR, dest, extra, "Spark Kafka connector")
         jars: list[Path] = []
@@ -232,9 +234,17 @@ class EmbeddedStack:
                 started=[n for n, s in (("kafka", start_kafka), ("redis", start_redis)) if s],
             )
             return [
-                ServiceStatus("kafka", self._kafka_address(), "kafka" in state, _pid(state, "kafka"), True),
-                ServiceStatus("redis", self._redis_address(), "redis" in state, _pid(state, "redis"), True),
+                ServiceStatus("kafka", self._kafka_address(), *self._managed(state, "kafka"), True),
+                ServiceStatus("redis", self._redis_address(), *self._managed(state, "redis"), True),
             ]
+
+    def _external(self, name: str) -> bool:
+        return (self.settings.kafka_bootstrap if name == "kafka" else self.settings.redis_url) is not None
+
+    def _managed(self, state: dict[str, _Proc], name: str) -> tuple[bool, int | None]:
+        """(managed, pid): ours if our state file has its live pid and settings do not name an external one."""
+        proc = None if self._external(name) else state.get(name)
+        return (proc is not None, proc.pid if proc is not None else None)
 
     def _wait_until_answering(
         self, state: dict[str, _Proc], foreign: set[str], deadline: float, timeout_s: float
@@ -243,11 +253,11 @@ class EmbeddedStack:
         waiting: dict[str, Callable[[], bool]] = {"kafka": self._kafka_answers, "redis": self._redis_answers}
         while True:
             for name in list(waiting):
-                proc = state.get(name)
+                proc = None if self._external(name) else state.get(name)
                 if proc is not None and not _is_ours(proc):
                     del state[name]
                     self._write_state(state)
-                    if waiting[name]():  # another stack won the race for the port: use that one
+                    if self._taken_meanwhile(name, waiting[name], deadline):
                         log.info("stack.port_taken_meanwhile", service=name)
                         foreign.add(name)
                         del waiting[name]
@@ -257,13 +267,32 @@ class EmbeddedStack:
                         f"{_title(name)} exited while starting{f' ({hint})' if hint else ''}; "
                         f"see {proc.log}, fix it and run up again"
                     )
-                if waiting[name]():
+                # A process we started counts once it answers *and* holds the port itself (not a
+                # stack of another checkout that won a race for it while ours is failing to bind).
+                port = self.settings.kafka_port if name == "kafka" else self.settings.redis_port
+                if waiting[name]() and (proc is None or _listens(proc.pid, port)):
                     del waiting[name]
             if not waiting:
                 return
             if time.monotonic() >= deadline:
                 raise StackError(self._not_up_message(sorted(waiting), state, foreign, timeout_s))
             time.sleep(POLL_S)
+
+    def _taken_meanwhile(self, name: str, answers: Callable[[], bool], deadline: float) -> bool:
+        """After one of ours died: did another stack (say, of another checkout started at the same
+        time) take its ports? If they are in use, give that one a little while to answer."""
+        if name == "kafka":
+            ports = [self.settings.kafka_port, self.settings.kafka_controller_port]
+        else:
+            ports = [self.settings.redis_port]
+        if not any(_port_open(port) for port in ports):
+            return False
+        until = min(deadline, time.monotonic() + RACE_GRACE_S)
+        while not answers():
+            if time.monotonic() >= until:
+                return False
+            time.sleep(POLL_S)
+        return True
 
     def down(self) -> list[str]:
         """Stop the processes this stack started (SIGTERM, wait, SIGKILL); return the names stopped."""
@@ -290,12 +319,8 @@ class EmbeddedStack:
         """Both services: where they are, whether we run them, and whether they answer now."""
         state = self._live_state()
         return [
-            ServiceStatus(
-                "kafka", self._kafka_address(), "kafka" in state, _pid(state, "kafka"), self._kafka_answers()
-            ),
-            ServiceStatus(
-                "redis", self._redis_address(), "redis" in state, _pid(state, "redis"), self._redis_answers()
-            ),
+            ServiceStatus("kafka", self._kafka_address(), *self._managed(state, "kafka"), self._kafka_answers()),
+            ServiceStatus("redis", self._redis_address(), *self._managed(state, "redis"), self._redis_answers()),
         ]
 
     # ------------------------------------------------------------------ kafka
@@ -371,9 +396,9 @@ class EmbeddedStack:
         lines += [f"{key}={value}" for key, value in props.items()]
         return "\n".join(lines) + "\n"
 
-    def _java_base(self, jars: Path) -> list[str]:
-        java = shutil.which("java") or "java"
-        return [java, f"-Dlog4j2.configurationFile={KAFKA_LOG4J_CONFIG}", "-cp", f"{jars}/*"]
+    def _java_args(self, jars: Path) -> list[str]:
+        """What the broker and its storage tool share: the log4j config and the class path."""
+        return [f"-Dlog4j2.configurationFile={KAFKA_LOG4J_CONFIG}", "-cp", f"{jars}/*"]
 
     def _start_kafka(self, jars: Path) -> _Proc:
         if not KAFKA_LOG4J_CONFIG.is_file():
@@ -388,7 +413,7 @@ class EmbeddedStack:
             self._format_storage(jars, server_properties, logfile)
         heap = self.settings.kafka_heap
         command = [
-            *self._java_base(jars)[:1],
+            _java(),
             f"-Xmx{heap}",
             f"-Xms{heap}",
             "-XX:+UseG1GC",
@@ -397,7 +422,7 @@ class EmbeddedStack:
             "-XX:+ExplicitGCInvokesConcurrent",
             "-XX:+ExitOnOutOfMemoryError",
             "-Djava.awt.headless=true",
-            *self._java_base(jars)[1:],
+            *self._java_args(jars),
             "kafka.Kafka",
             str(server_properties),
         ]
@@ -406,7 +431,8 @@ class EmbeddedStack:
 
     def _format_storage(self, jars: Path, server_properties: Path, logfile: Path) -> None:
         command = [
-            *self._java_base(jars),
+            _java(),
+            *self._java_args(jars),
             "kafka.tools.StorageTool",
             "format",
             "--standalone",
@@ -505,7 +531,7 @@ class EmbeddedStack:
     def _not_up_message(self, names: list[str], state: dict[str, _Proc], foreign: set[str], timeout_s: float) -> str:
         parts: list[str] = []
         for name in names:
-            proc = state.get(name)
+            proc = None if self._external(name) else state.get(name)
             port = self.settings.kafka_port if name == "kafka" else self.settings.redis_port
             env = "HOTSWAP_KAFKA_BOOTSTRAP" if name == "kafka" else "HOTSWAP_REDIS_URL"
             address = self._kafka_address() if name == "kafka" else self._redis_address()
@@ -518,7 +544,8 @@ class EmbeddedStack:
                 )
             else:
                 parts.append(f"external {_title(name)} at {address} ({env}) did not answer; check it is reachable")
-        ours = " (`hotswap stack down` stops what we started)" if any(name in state for name in names) else ""
+        started = any(name in state and not self._external(name) for name in names)
+        ours = " (`hotswap stack down` stops what we started)" if started else ""
         return f"stack not up after {timeout_s:.0f}s: " + "; ".join(parts) + ours
 
 
@@ -613,17 +640,37 @@ def _terminate(proc: _Proc, grace_s: float) -> None:
     raise StackError(f"pid {proc.pid} survived SIGKILL; check it with `ps -p {proc.pid}`")
 
 
+def _listens(pid: int, port: int) -> bool:
+    """True if process `pid` holds a socket listening on TCP `port` (via /proc; False if unreadable)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()  # sl local_address rem_address st ... inode
+            if len(fields) > _INODE and fields[3] == _LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{fields[_INODE]}]")
+    if not inodes:
+        return False
+    try:
+        with os.scandir(f"/proc/{pid}/fd") as fds:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    if os.readlink(fd.path) in inodes:
+                        return True
+    except OSError:
+        return False
+    return False
+
+
 def _port_open(port: int, host: str = LOCALHOST) -> bool:
     try:
         with socket.create_connection((host, port), timeout=0.5):
             return True
     except OSError:
         return False
-
-
-def _pid(state: dict[str, _Proc], name: str) -> int | None:
-    proc = state.get(name)
-    return proc.pid if proc is not None else None
 
 
 def _rotate(logfile: Path) -> None:
@@ -646,7 +693,7 @@ def _cluster_id() -> str:
 def _kafka_version() -> str:
     """The kafka_2.13 version pinned in compose/kafka/pom.xml."""
     try:
-        root = ET.parse(KAFKA_POM_DIR / "pom.xml").getroot()
+        root = ET.parse(KAFKA_POM_DIR / "pom.xml").getroot()  # noqa: S314 - our own pom, not untrusted input
     except (OSError, ET.ParseError):
         return KAFKA_FALLBACK_VERSION
     for dependency in root.iterfind("m:dependencies/m:dependency", _POM_NS):
@@ -702,6 +749,10 @@ def _failure_hint(logfile: str) -> str:
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1][:300] if lines else ""
+
+
+def _java() -> str:
+    return shutil.which("java") or "java"
 
 
 def _title(name: str) -> str:

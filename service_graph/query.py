@@ -17,7 +17,7 @@ import redis
 import structlog
 from kafka import KafkaProducer
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from contract.journal import Journal, SwapPhase, SwapRecord
 from contract.keys import Keys
@@ -229,9 +229,7 @@ class ServiceGraph:
                 "CASE WHEN route = 'dead_letter' THEN 1 ELSE 0 END AS is_dead",
             )
             .groupBy("partition")
-            .agg(
-                {"offset": "max", "routed_ts": "max", "routed_window_end": "max", "is_late": "sum", "is_dead": "sum"}
-            )
+            .agg({"offset": "max", "routed_ts": "max", "routed_window_end": "max", "is_late": "sum", "is_dead": "sum"})
             .collect()
         )
         return [

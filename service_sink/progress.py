@@ -18,7 +18,7 @@ from typing import Any
 import redis
 import structlog
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from contract.keys import Keys
 from contract.models import GraphProgress, now_ms
@@ -38,7 +38,9 @@ def parse_spark_time(text: str | None) -> int | None:
 class ProgressReporter(StreamingQueryListener):
     """Reports the progress of the execution graphs whose query names start with `prefix`."""
 
-    def __init__(self, spark: SparkSession, client: redis.Redis, keys: Keys, prefix: str, checkpoint_for: CheckpointFor):
+    def __init__(
+        self, spark: SparkSession, client: redis.Redis, keys: Keys, prefix: str, checkpoint_for: CheckpointFor
+    ):
         self._spark = spark
         self._redis = client
         self._keys = keys
@@ -116,7 +118,7 @@ class ProgressReporter(StreamingQueryListener):
         jvm = self._spark.sparkContext._jvm
         assert jvm is not None
         path = jvm.org.apache.hadoop.fs.Path(f"{self._checkpoint_for(query_id)}/commits/{batch_id}")
-        fs = path.getFileSystem(self._spark.sparkContext._jsc.hadoopConfiguration())  # type: ignore[union-attr]
+        fs = path.getFileSystem(self._spark.sparkContext._jsc.hadoopConfiguration())
         return bool(fs.exists(path))
 
 

@@ -1,0 +1,64 @@
+# hotswap: `make demo` and `make test` do all the set-up on a machine with Python 3.11+, Java 17+ and Maven.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+export PYSPARK_PYTHON := $(abspath $(BIN)/python)
+export SPARK_LOCAL_IP := 127.0.0.1
+
+.DEFAULT_GOAL := help
+.PHONY: help install system-deps jars stack-up stack-down demo lint format unit integration test bench clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP) ## Create .venv and install hotswap with its development tools
+
+system-deps: ## Install redis-server if missing (Debian/Ubuntu); check Java and Maven
+	@command -v redis-server >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server; }
+	@command -v java >/dev/null 2>&1 || { echo "Java 17+ is required (e.g. apt-get install openjdk-17-jdk-headless)"; exit 1; }
+	@command -v mvn >/dev/null 2>&1 || { echo "Maven is required to fetch Kafka and Spark's connector (apt-get install maven)"; exit 1; }
+
+jars: install system-deps ## Fetch Kafka's and Spark's Kafka connector jars from Maven Central (once)
+	$(BIN)/hotswap stack fetch
+
+stack-up: jars ## Start the embedded Kafka broker and Redis server
+	$(BIN)/hotswap stack up
+
+stack-down: ## Stop the embedded stack
+	$(BIN)/hotswap stack down
+
+demo: jars ## Run the whole thing for about two minutes: results, a live swap, a final check
+	$(BIN)/hotswap demo
+
+format: install ## Format the code
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+lint: install ## ruff and mypy (strict)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+unit: install ## Unit tests only (no Kafka, Redis or Spark)
+	$(BIN)/pytest -m "not integration" -q
+
+integration: jars ## Integration tests against real Kafka, Redis and Spark
+	$(BIN)/pytest -m integration -v
+
+test: lint jars ## Lint, then every test
+	$(BIN)/pytest -v --durations=15
+
+bench: jars ## Benchmarks (speed targets live here, not in tests)
+	$(BIN)/python -m benchmarks.swap
+
+clean: ## Stop the stack and remove .hotswap/ (keeps .venv)
+	-$(BIN)/hotswap stack down
+	rm -rf .hotswap

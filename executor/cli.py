@@ -1,0 +1,330 @@
+"""The `hotswap` command line."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, ParamSpec, TypeVar
+
+import redis
+import typer
+from kafka.errors import KafkaError
+from rich.console import Console
+from rich.table import Table
+
+from contract.errors import HotswapError
+from contract.settings import Settings, load_settings
+from executor.logs import configure_logging
+
+app = typer.Typer(
+    help="Replace a running Spark Structured Streaming query live.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+stack_app = typer.Typer(help="The embedded Kafka broker and Redis server.", no_args_is_help=True)
+app.add_typer(stack_app, name="stack")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+console = Console()
+
+
+def operator_errors(command: Callable[P, R]) -> Callable[P, R]:
+    """Prints expected failures as one line on stderr and exits 1, instead of a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except HotswapError as exc:
+            typer.echo(f"hotswap: {exc}", err=True)
+            raise typer.Exit(1) from exc
+        except redis.RedisError as exc:
+            typer.echo(f"hotswap: cannot reach Redis ({exc}); is the stack up (`hotswap stack up`)?", err=True)
+            raise typer.Exit(1) from exc
+        except KafkaError as exc:
+            typer.echo(f"hotswap: Kafka error ({exc}); is the stack up (`hotswap stack up`)?", err=True)
+            raise typer.Exit(1) from exc
+
+    return wrapper
+
+
+class Globals:
+    def __init__(self, namespace: str | None, log_format: str | None, log_level: str | None) -> None:
+        self.namespace = namespace
+        self.log_format = log_format
+        self.log_level = log_level
+
+    def settings(self, **overrides: Any) -> Settings:
+        given = {"namespace": self.namespace, "log_format": self.log_format, "log_level": self.log_level}
+        given.update({k: v for k, v in overrides.items() if v is not None})
+        settings = load_settings(**given)
+        configure_logging(settings.log_format, settings.log_level)
+        return settings
+
+
+NamespaceOpt = Annotated[str | None, typer.Option("--namespace", "-n", help="Deployment namespace.")]
+
+
+@app.callback()
+def main_options(
+    ctx: typer.Context,
+    namespace: NamespaceOpt = None,
+    log_format: Annotated[str | None, typer.Option(help="console or json.")] = None,
+    log_level: Annotated[str | None, typer.Option(help="debug, info, warning, error.")] = None,
+    config: Annotated[Path | None, typer.Option(help="TOML settings file (default ./hotswap.toml).")] = None,
+) -> None:
+    if config is not None:
+        os.environ["HOTSWAP_CONFIG_FILE"] = str(config)
+    ctx.obj = Globals(namespace, log_format, log_level)
+
+
+# -- stack --------------------------------------------------------------------------------------
+def _print_stack(statuses: list[Any]) -> None:
+    table = Table("service", "address", "pid", "managed", "healthy")
+    for s in statuses:
+        table.add_row(
+            s.name, s.address, str(s.pid or "-"), "yes" if s.managed else "external", "yes" if s.healthy else "NO"
+        )
+    console.print(table)
+
+
+@stack_app.command("up")
+@operator_errors
+def stack_up(ctx: typer.Context) -> None:
+    """Start Kafka (KRaft) and Redis under .hotswap/, unless they are configured as external."""
+    from executor.stack import EmbeddedStack
+
+    _print_stack(EmbeddedStack(ctx.obj.settings()).up())
+
+
+@stack_app.command("fetch")
+@operator_errors
+def stack_fetch(ctx: typer.Context) -> None:
+    """Fetch Kafka's and Spark's Kafka connector jars from Maven Central (once; later calls are instant)."""
+    from executor.stack import EmbeddedStack
+
+    stack = EmbeddedStack(ctx.obj.settings())
+    typer.echo(f"kafka broker jars: {stack.kafka_jars()}")
+    typer.echo(f"spark connector jars: {len(stack.spark_connector_jars())} in {stack.spark_connector_jars()[0].parent}")
+
+
+@stack_app.command("down")
+@operator_errors
+def stack_down(ctx: typer.Context) -> None:
+    """Stop the processes `stack up` started (and nothing else)."""
+    from executor.stack import EmbeddedStack
+
+    stopped = EmbeddedStack(ctx.obj.settings()).down()
+    typer.echo(f"stopped: {', '.join(stopped)}" if stopped else "nothing to stop")
+
+
+@stack_app.command("status")
+@operator_errors
+def stack_status(ctx: typer.Context) -> None:
+    """Addresses, pids and health of Kafka and Redis."""
+    from executor.stack import EmbeddedStack
+
+    _print_stack(EmbeddedStack(ctx.obj.settings()).status())
+
+
+# -- run ----------------------------------------------------------------------------------------
+@app.command()
+@operator_errors
+def run(
+    ctx: typer.Context,
+    query: Annotated[Path, typer.Option(help="The initial query: a .sql or .py file.")],
+    name: Annotated[str | None, typer.Option(help="Query id (default: the file name).")] = None,
+    window: Annotated[str | None, typer.Option(help="Service graph window, e.g. 10s.")] = None,
+    lateness: Annotated[str | None, typer.Option(help="Allowed lateness, e.g. 5s.")] = None,
+    source_topic: Annotated[str | None, typer.Option(help="Source topic.")] = None,
+    sink_topic: Annotated[str | None, typer.Option(help="Results topic.")] = None,
+    namespace: NamespaceOpt = None,
+    log_format: Annotated[str | None, typer.Option(help="console or json.")] = None,
+    keep_retired_topics: Annotated[bool | None, typer.Option(help="Keep a retired graph's topic.")] = None,
+) -> None:
+    """Run the executor in the foreground (Ctrl-C stops it; a restart resumes)."""
+    from execution_graph.user_query import load_query_source
+    from executor.client import redis_client
+    from executor.controller import Executor
+    from executor.spark_session import build_spark_session
+    from executor.stack import EmbeddedStack
+
+    settings = ctx.obj.settings(
+        window=window,
+        lateness=lateness,
+        source_topic=source_topic,
+        sink_topic=sink_topic,
+        namespace=namespace,
+        log_format=log_format,
+        keep_retired_topics=keep_retired_topics,
+    )
+    source = load_query_source(query, name)
+    spark = build_spark_session(settings, EmbeddedStack(settings).spark_connector_jars())
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        Executor(settings, spark, redis_client(settings)).run(source, stop)
+    finally:
+        spark.stop()
+
+
+# -- submit / abort / status --------------------------------------------------------------------
+@app.command()
+@operator_errors
+def submit(
+    ctx: typer.Context,
+    file: Annotated[Path, typer.Argument(help="The replacement query: a .sql or .py file.")],
+    name: Annotated[str | None, typer.Option(help="Query id (default: the file name).")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait until the swap completes.")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait with --wait.")] = 600.0,
+    namespace: NamespaceOpt = None,
+) -> None:
+    """Submit a replacement query. Prints the swap id; a rejected query prints the reason."""
+    from executor.client import Client
+
+    client = Client(ctx.obj.settings(namespace=namespace))
+    swap = client.submit(file, name)
+    typer.echo(swap.id)
+    if wait:
+        done = client.wait_until_done(swap.id, timeout)
+        typer.echo(f"completed: {done.from_query} -> {done.to_query}, cut at {_iso(done.cut_window_end)}", err=True)
+
+
+@app.command()
+@operator_errors
+def abort(
+    ctx: typer.Context,
+    swap_id: Annotated[str, typer.Argument(help="The swap id printed by submit.")],
+    namespace: NamespaceOpt = None,
+) -> None:
+    """Abort a swap that has not been cut yet; the running query keeps serving."""
+    from executor.client import Client
+
+    record = Client(ctx.obj.settings(namespace=namespace)).abort(swap_id)
+    typer.echo(f"aborted {record.id}")
+
+
+@app.command()
+@operator_errors
+def status(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the status document as JSON.")] = False,
+    namespace: NamespaceOpt = None,
+) -> None:
+    """The current query, swaps with their phases, the service graph's windows and watermark."""
+    from executor.client import Client
+
+    doc = Client(ctx.obj.settings(namespace=namespace)).status()
+    if as_json:
+        typer.echo(json.dumps(doc, indent=2, default=str))
+        return
+    render_status(doc)
+
+
+def _iso(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def render_status(doc: dict[str, Any]) -> None:
+    current = doc["current"]
+    console.print(
+        f"[bold]namespace[/] {doc['namespace']}   [bold]executor[/] {doc['executor'] or 'not running'}   "
+        f"[bold]current[/] {current['query_id'] if current else '-'}"
+    )
+    service = doc["service"]
+    table = Table("partition", "window end", "event time", "offset", title="service graph")
+    for p, node in service["partitions"].items():
+        table.add_row(p, _iso(node["window_end"]), _iso(node["event_time"]), str(node["offset"]))
+    console.print(table)
+    console.print(
+        f"watermark {_iso(service['watermark'])}   late records {doc['late_records']}   "
+        f"dead-letter records {doc['dead_letter_records']}"
+    )
+    swaps = Table("swap", "from", "to", "state", "cut (W)", "phases", "error", title="swaps")
+    for s in doc["swaps"]:
+        phases = " > ".join(p["name"] for p in s["phases"])
+        swaps.add_row(
+            s["id"],
+            s["from_query"] or "-",
+            s["to_query"],
+            s["state"],
+            _iso(s["cut_window_end"]),
+            phases,
+            s["error"] or "",
+        )
+    console.print(swaps)
+
+
+# -- generate / demo ----------------------------------------------------------------------------
+@app.command()
+@operator_errors
+def generate(
+    ctx: typer.Context,
+    topic: Annotated[str | None, typer.Option(help="Target topic (default: the source topic).")] = None,
+    rate: Annotated[float, typer.Option(help="Events per second.")] = 200.0,
+    keys: Annotated[int, typer.Option(help="Number of distinct keys.")] = 10,
+    seed: Annotated[int, typer.Option(help="Same seed, same sequence.")] = 42,
+    count: Annotated[int | None, typer.Option(help="Stop after N events.")] = None,
+    duration: Annotated[float | None, typer.Option(help="Stop after S seconds worth of events.")] = None,
+    disorder_ms: Annotated[int, typer.Option(help="Bounded out-of-order event times (ms).")] = 0,
+    late_fraction: Annotated[float, typer.Option(help="Fraction of events made late on purpose.")] = 0.0,
+    late_by_ms: Annotated[int, typer.Option(help="How far behind a late event is (ms).")] = 300_000,
+    start_ts: Annotated[int | None, typer.Option(help="Event time of the first event (epoch ms).")] = None,
+    time_scale: Annotated[float, typer.Option(help="Event time runs this much faster than the clock.")] = 1.0,
+) -> None:
+    """Write seeded JSON events {key, value, ts} to the source topic."""
+    from executor.generator import GeneratorReport, GeneratorSpec, produce
+
+    settings = ctx.obj.settings()
+    spec = GeneratorSpec(
+        rate=rate,
+        keys=keys,
+        seed=seed,
+        count=count,
+        duration_s=duration,
+        disorder_ms=disorder_ms,
+        late_fraction=late_fraction,
+        late_by_ms=late_by_ms,
+        start_ts=start_ts,
+        time_scale=time_scale,
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+
+    def show(report: GeneratorReport) -> None:
+        typer.echo(f"sent {report.sent} events in {report.elapsed_s:.0f}s, event time {_iso(report.last_ts)}", err=True)
+
+    report = produce(settings, spec, topic or settings.source_topic, stop, show)
+    typer.echo(f"sent {report.sent} events ({_iso(report.first_ts)} .. {_iso(report.last_ts)})")
+
+
+@app.command()
+@operator_errors
+def demo(
+    ctx: typer.Context,
+    duration: Annotated[float, typer.Option(help="Seconds of generated load.")] = 120.0,
+    swap_after: Annotated[float, typer.Option(help="Seconds after results start before submitting a swap.")] = 30.0,
+    replacement: Annotated[Path, typer.Option(help="Query to swap in.")] = Path("examples/max_per_key_30s.sql"),
+    query: Annotated[Path, typer.Option(help="Initial query.")] = Path("examples/count_per_key.sql"),
+    keep_stack: Annotated[bool, typer.Option(help="Leave the stack running afterwards.")] = False,
+) -> None:
+    """Start everything, stream events, swap the query live, and check the results."""
+    from executor.demo import run_demo
+
+    ok = run_demo(ctx.obj, console, query, replacement, duration, swap_after, keep_stack)
+    raise typer.Exit(0 if ok else 1)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,177 @@
+"""`hotswap demo`: the whole product on one screen.
+
+Starts the embedded stack, the executor (in this process) and the generator; prints windowed
+results as they arrive; submits a replacement query and follows its phases; then stops the load
+and checks the results: windows answered per query version, missing windows, duplicates.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from rich.console import Console
+from rich.table import Table
+
+from contract.journal import SwapPhase
+from contract.models import now_ms
+from contract.settings import Settings
+from execution_graph.user_query import load_query_source
+from executor.client import Client, redis_client
+from executor.controller import Executor
+from executor.generator import GeneratorSpec, produce
+from executor.spark_session import build_spark_session
+from executor.stack import EmbeddedStack
+from service_sink.audit import Result, audit, read_results
+
+TIME_SCALE = 5.0  # event time runs 5x faster than the clock: a 10 s window closes every 2 s
+
+
+class SettingsSource(Protocol):
+    def settings(self, **overrides: Any) -> Settings: ...
+
+
+def _hms(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%H:%M:%S")
+
+
+def run_demo(
+    options: SettingsSource,
+    console: Console,
+    query: Path,
+    replacement: Path,
+    duration_s: float,
+    swap_after_s: float,
+    keep_stack: bool,
+) -> bool:
+    namespace = f"demo-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}"
+    settings = options.settings(
+        namespace=namespace,
+        source_topic=f"{namespace}.events",
+        sink_topic=f"{namespace}.results",
+        lateness="2s",
+        log_level="warning",
+    )
+    initial = load_query_source(query)
+    swap_source = load_query_source(replacement)
+    stack = EmbeddedStack(settings)
+    already_up = all(s.healthy for s in stack.status())
+    console.rule("[bold]hotswap demo")
+    console.print(f"namespace {namespace}; starting Kafka and Redis ...")
+    stack.up()
+    stack_ready = time.monotonic()
+    console.print("stack up; starting Spark and the executor ...")
+    spark = build_spark_session(settings, stack.spark_connector_jars())
+    client = Client(settings, redis_client(settings))
+    executor = Executor(settings, spark, redis_client(settings))
+    stop_executor = threading.Event()
+    stop_load = threading.Event()
+    executor_thread = threading.Thread(target=executor.run, args=(initial, stop_executor), daemon=True)
+    executor_thread.start()
+    spec = GeneratorSpec(rate=200, keys=4, seed=7, duration_s=duration_s, disorder_ms=1000, time_scale=TIME_SCALE)
+    load = threading.Thread(target=produce, args=(settings, spec, settings.source_topic, stop_load), daemon=True)
+    swap_id: str | None = None
+    shown: set[tuple[str, int]] = set()
+    phases_shown = 0
+    first_result_at: float | None = None
+    try:
+        if not executor.ready.wait(300):
+            console.print("[red]the executor did not start within 300 s")
+            return False
+        load.start()
+        console.print(f"generating {spec.rate:.0f} events/s for {duration_s:.0f} s (event time x{TIME_SCALE:.0f})")
+        while load.is_alive() or swap_id is None:
+            if not executor_thread.is_alive():
+                console.print("[red]the executor stopped unexpectedly; see the log above")
+                return False
+            first_result_at = _show_new_windows(settings, console, shown, first_result_at, stack_ready)
+            if swap_id is None and first_result_at is not None and time.monotonic() - first_result_at > swap_after_s:
+                swap_id = client.submit(replacement, swap_source.name).id
+                console.print(f"[bold yellow]submitted swap {swap_id}: {initial.name} -> {swap_source.name}")
+            if swap_id is not None:
+                phases_shown = _show_phases(client, console, swap_id, phases_shown)
+            time.sleep(1.0)
+        # Let the last windows close: the watermark needs lateness (in event time) more input.
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and swap_id is not None:
+            phases_shown = _show_phases(client, console, swap_id, phases_shown)
+            if client.journal.get(swap_id).state.is_terminal:
+                break
+            time.sleep(1.0)
+        _show_new_windows(settings, console, shown, first_result_at, stack_ready)
+    finally:
+        stop_load.set()
+        stop_executor.set()
+        executor_thread.join(timeout=120)
+        spark.stop()
+    ok = _final_check(settings, client, console, swap_id)
+    if not keep_stack and not already_up:
+        stack.down()
+        console.print("stack stopped")
+    return ok
+
+
+def _show_new_windows(
+    settings: Settings, console: Console, shown: set[tuple[str, int]], first: float | None, stack_ready: float
+) -> float | None:
+    grouped: dict[tuple[str, int, int], list[Result]] = defaultdict(list)
+    for result in read_results(settings, timeout_ms=500):
+        grouped[(result.query_id, result.window_start, result.window_end)].append(result)
+    for (query_id, start, end), rows in sorted(grouped.items(), key=lambda item: item[0][1]):
+        if (query_id, start) in shown:
+            continue
+        shown.add((query_id, start))
+        if first is None:
+            first = time.monotonic()
+            console.print(f"[green]first results {first - stack_ready:.0f} s after the stack was up")
+        cells = []
+        for r in sorted(rows, key=lambda r: str(r.row.get("key"))):
+            measures = [
+                f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                for k, v in r.row.items()
+                if k not in ("window_start", "window_end", "query_id", "key")
+            ]
+            cells.append(f"{r.row.get('key')}: {' '.join(measures)}")
+        console.print(f"{_hms(start)}-{_hms(end)} [cyan]{query_id:<18}[/] " + " | ".join(cells))
+    return first
+
+
+def _show_phases(client: Client, console: Console, swap_id: str, shown: int) -> int:
+    record = client.journal.get(swap_id)
+    for phase in record.phases[shown:]:
+        extra = f" (W = {_hms(record.cut_window_end)})" if phase.name is SwapPhase.CUT and record.cut_window_end else ""
+        error = f": {record.error}" if record.error and phase.name is record.state else ""
+        console.print(f"[bold yellow]swap {swap_id}: {phase.name}{extra}{error}")
+    return len(record.phases)
+
+
+def _final_check(settings: Settings, client: Client, console: Console, swap_id: str | None) -> bool:
+    results = read_results(settings)
+    report = audit(results)
+    console.rule("[bold]check")
+    table = Table("query version", "windows answered")
+    for query_id, n in sorted(report.windows_by_query.items()):
+        table.add_row(query_id, str(n))
+    console.print(table)
+    swap_ok = False
+    if swap_id is not None:
+        record = client.journal.get(swap_id)
+        swap_ok = record.state is SwapPhase.COMPLETED
+        at = {p.name: p.at for p in record.phases}
+        took = (at[SwapPhase.COMPLETED] - at[SwapPhase.SUBMITTED]) / 1000 if swap_ok else None
+        console.print(
+            f"swap {swap_id}: {record.state}"
+            + (f" in {took:.1f} s, cut at {_hms(record.cut_window_end or now_ms())}" if took is not None else "")
+            + (f" ({record.error})" if record.error else "")
+        )
+    console.print(f"results: {report.results}")
+    console.print(f"missing windows: {len(report.missing_windows)}")
+    console.print(f"duplicate results: {report.duplicate_results}")
+    console.print(f"windows answered by two versions: {report.overlapping_windows}")
+    ok = report.ok and swap_ok and report.results > 0
+    console.print("[bold green]OK" if ok else "[bold red]CHECK FAILED")
+    return ok

@@ -1,0 +1,95 @@
+"""Reading back the results topic and checking the invariants an operator cares about:
+each (window, group) answered once, by one query version, with no gap between windows."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka import KafkaConsumer, TopicPartition
+
+from contract.settings import Settings
+
+
+@dataclass(frozen=True)
+class Result:
+    key: str
+    query_id: str
+    window_start: int
+    window_end: int
+    row: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Audit:
+    results: int
+    windows_by_query: dict[str, int]
+    missing_windows: list[tuple[int, int]] = field(default_factory=list)
+    duplicate_results: int = 0
+    overlapping_windows: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing_windows and self.duplicate_results == 0 and self.overlapping_windows == 0
+
+
+def read_results(settings: Settings, topic: str | None = None, timeout_ms: int = 2000) -> list[Result]:
+    """Every result currently in the results topic, in offset order per partition."""
+    consumer = KafkaConsumer(**settings.kafka_python_config(), enable_auto_commit=False, consumer_timeout_ms=timeout_ms)
+    name = topic or settings.sink_topic
+    try:
+        parts = [TopicPartition(name, p) for p in sorted(consumer.partitions_for_topic(name) or [])]
+        if not parts:
+            return []
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        end = consumer.end_offsets(parts)
+        out: list[Result] = []
+        while any(consumer.position(tp) < end[tp] for tp in parts):
+            batch = consumer.poll(timeout_ms=timeout_ms)
+            if not batch:
+                break
+            for records in batch.values():
+                for record in records:
+                    row = json.loads(record.value)
+                    out.append(
+                        Result(
+                            key=record.key.decode() if record.key else "",
+                            query_id=str(row.get("query_id")),
+                            window_start=int(row["window_start"]),
+                            window_end=int(row["window_end"]),
+                            row=row,
+                        )
+                    )
+        return out
+    finally:
+        consumer.close()
+
+
+def audit(results: list[Result]) -> Audit:
+    keys = Counter(r.key for r in results)
+    windows: dict[tuple[int, int], set[str]] = defaultdict(set)
+    for r in results:
+        windows[(r.window_start, r.window_end)].add(r.query_id)
+    by_query: Counter[str] = Counter()
+    for owners in windows.values():
+        for owner in owners:
+            by_query[owner] += 1
+    ordered = sorted(windows)
+    missing: list[tuple[int, int]] = []
+    overlapping = sum(1 for owners in windows.values() if len(owners) > 1)
+    for (_, end_a), (start_b, _) in itertools.pairwise(ordered):
+        if start_b > end_a:
+            missing.append((end_a, start_b))
+        elif start_b < end_a:
+            overlapping += 1
+    return Audit(
+        results=len(results),
+        windows_by_query=dict(by_query),
+        missing_windows=missing,
+        duplicate_results=sum(n - 1 for n in keys.values() if n > 1),
+        overlapping_windows=overlapping,
+    )

@@ -1,0 +1,75 @@
+from pathlib import Path
+
+import pytest
+
+from contract.errors import ConfigError
+from contract.settings import Settings, load_settings
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in ("HOTSWAP_KAFKA_BOOTSTRAP", "HOTSWAP_REDIS_URL", "HOTSWAP_NAMESPACE", "HOTSWAP_WINDOW"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOTSWAP_CONFIG_FILE", str(tmp_path / "absent.toml"))
+
+
+def test_defaults_point_at_the_embedded_stack() -> None:
+    settings = Settings()
+    assert settings.bootstrap == "127.0.0.1:9092"
+    assert settings.redis_dsn == "redis://127.0.0.1:6379/0"
+    assert settings.window_ms == 10_000
+
+
+def test_environment_toml_and_flags_layer_in_that_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    toml = tmp_path / "hotswap.toml"
+    toml.write_text('namespace = "from-toml"\nwindow = "20s"\nlateness = "7s"\n')
+    monkeypatch.setenv("HOTSWAP_CONFIG_FILE", str(toml))
+    monkeypatch.setenv("HOTSWAP_WINDOW", "30s")
+    settings = load_settings(namespace="from-flag", sink_topic=None)
+    assert settings.namespace == "from-flag"  # flag beats TOML
+    assert settings.window == "30s"  # environment beats TOML
+    assert settings.lateness_ms == 7_000  # TOML beats the default
+    assert settings.sink_topic == "results"  # an unset flag changes nothing
+
+
+def test_settings_are_frozen() -> None:
+    settings = Settings()
+    with pytest.raises(ValueError, match="frozen"):
+        settings.namespace = "other"  # type: ignore[misc]
+
+
+def test_bad_values_give_one_line_errors() -> None:
+    with pytest.raises(ConfigError, match="invalid settings"):
+        load_settings(window="soon")
+    with pytest.raises(ConfigError, match="invalid settings"):
+        load_settings(namespace="has spaces")
+
+
+def test_secrets_never_show_in_repr_or_dumps() -> None:
+    settings = Settings(redis_url="redis://admin:hunter2@10.0.0.1:6379/0", kafka_sasl_password="s3cret")
+    assert "hunter2" not in repr(settings)
+    assert "s3cret" not in settings.model_dump_json()
+    assert settings.redis_dsn.startswith("redis://admin:hunter2@")
+
+
+def test_sasl_settings_reach_both_kafka_clients() -> None:
+    settings = Settings(
+        kafka_bootstrap="b1:9093,b2:9093",
+        kafka_security_protocol="SASL_SSL",
+        kafka_sasl_mechanism="PLAIN",
+        kafka_sasl_username="svc",
+        kafka_sasl_password="pw",
+    )
+    python = settings.kafka_python_config()
+    assert python["bootstrap_servers"] == ["b1:9093", "b2:9093"]
+    assert python["sasl_plain_password"] == "pw"
+    spark = settings.spark_kafka_options()
+    assert spark["kafka.security.protocol"] == "SASL_SSL"
+    assert 'username="svc"' in spark["kafka.sasl.jaas.config"]
+
+
+def test_names_are_derived_from_the_namespace() -> None:
+    settings = Settings(namespace="prod")
+    assert settings.graph_topic("q1") == "hotswap.prod.graph.q1"
+    assert settings.late_topic == "hotswap.prod.late"
+    assert settings.checkpoint_dir("service").parts[-2:] == ("prod", "service")
