@@ -1,3 +1,5 @@
+import itertools
+
 import fakeredis
 import pytest
 
@@ -29,7 +31,7 @@ def test_the_happy_path_is_legal_in_order() -> None:
         SwapPhase.RETIRED,
         SwapPhase.COMPLETED,
     ]
-    for current, target in zip(path, path[1:], strict=False):
+    for current, target in itertools.pairwise(path):
         check_transition(current, target)
 
 
@@ -70,7 +72,8 @@ def test_abort_and_cut_race_only_one_wins(journal: Journal) -> None:
     journal.advance("a", SwapPhase.DEPLOYED)
     cut = journal.advance("a", SwapPhase.CUT, when=lambda r: r.state is SwapPhase.DEPLOYED, cut_window_end=60_000)
     aborted = journal.advance("a", SwapPhase.ABORTED, when=lambda r: r.state is SwapPhase.DEPLOYED)
-    assert cut is not None and cut.cut_window_end == 60_000
+    assert cut is not None
+    assert cut.cut_window_end == 60_000
     assert aborted is None
     assert journal.get("a").state is SwapPhase.CUT
 

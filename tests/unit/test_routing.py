@@ -54,11 +54,10 @@ def test_without_a_swap_every_row_goes_to_the_current_graph() -> None:
 
 def test_cut_is_the_maximum_window_across_partitions_rounded_to_the_common_boundary() -> None:
     state = state_with(T0 + 10_000, T0 + 40_000, T0 + 20_000)
-    # The largest window end is T0+40s; T0 is a multiple of 10 s but the next 30 s boundary is T0+50s... check:
     w = decide_cut(state, swap(SwapPhase.DEPLOYED))
-    assert w >= T0 + 40_000
-    assert w % 30_000 == 0 and w % 10_000 == 0
-    assert w - (T0 + 40_000) < 30_000
+    # The first multiple of 30 s (and so of 10 s) at or after the largest window end, T0 + 40 s.
+    assert w == -(-(T0 + 40_000) // 30_000) * 30_000
+    assert T0 + 40_000 <= w < T0 + 70_000
 
 
 def test_after_the_cut_rows_before_w_go_old_and_later_rows_go_new() -> None:

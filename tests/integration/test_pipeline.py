@@ -1,0 +1,133 @@
+"""Issue 2: the steady-state pipeline on real Kafka, Redis and Spark."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+from kafka import KafkaProducer
+from pyspark.sql import SparkSession
+
+from contract.settings import Settings
+from executor.client import Client
+from executor.generator import GeneratorSpec, produce
+from service_sink.audit import read_results
+from tests.conftest import wait_until
+from tests.integration.harness import (
+    REPO,
+    Version,
+    assert_invariants,
+    count_and_total,
+    executor_running,
+    late_event_ids,
+    read_topic,
+    source_events,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+COUNT_QUERY = REPO / "examples" / "count_per_key.sql"
+T0 = 1_700_000_000_000
+
+
+def closed_watermark(client: Client, query_id: str) -> int:
+    progress = client.status()["graphs"][query_id]["progress"]
+    return int(progress["committed_watermark"] or 0) if progress else 0
+
+
+def test_seeded_events_flow_through_and_every_closed_window_matches_a_recomputation(
+    settings: Settings, spark: SparkSession, client: Client
+) -> None:
+    # 4000 events over 40 s of event time, up to 300 ms out of order (lateness is 2 s).
+    spec = GeneratorSpec(rate=2000, keys=5, seed=11, count=4000, disorder_ms=300, time_scale=20, start_ts=T0)
+    with executor_running(settings, spark, COUNT_QUERY):
+        report = produce(settings, spec, settings.source_topic)
+        assert report.sent == 4000
+        last_closed = T0 + 35_000  # windows up to here close once the watermark (max ts - 2 s) passes them
+        wait_until(lambda: closed_watermark(client, "count_per_key") >= last_closed, 120, "windows to close")
+        status = client.status()
+        closed_until = closed_watermark(client, "count_per_key")
+
+    assert status["current"]["query_id"] == "count_per_key"
+    partitions = status["service"]["partitions"]
+    assert set(partitions) == {"0", "1"}
+    assert all(p["window_end"] >= T0 + 30_000 for p in partitions.values())
+    assert status["service"]["watermark"] >= T0 + 35_000
+    assert status["late_records"] == 0
+
+    events = source_events(settings)
+    assert len(events) == 4000
+    assert not late_event_ids(settings)
+    results = read_results(settings)
+    assert {r.query_id for r in results} == {"count_per_key"}
+    assert_invariants(results, events, [Version("count_per_key", 10_000, count_and_total)], [], closed_until)
+    assert len({r.window_start for r in results}) >= 3
+
+
+def test_results_are_json_with_epoch_ms_and_a_key_of_window_and_group(settings: Settings, spark: SparkSession) -> None:
+    spec = GeneratorSpec(rate=2000, keys=2, seed=3, count=600, time_scale=50, start_ts=T0)
+    with executor_running(settings, spark, COUNT_QUERY):
+        produce(settings, spec, settings.source_topic)
+        records = wait_until(lambda: read_topic(settings, settings.sink_topic), 120, "the first results")
+    body = json.loads(records[0].value)
+    assert set(body) == {"window_start", "window_end", "key", "n", "total", "query_id"}
+    assert body["window_end"] - body["window_start"] == 10_000
+    assert body["query_id"] == "count_per_key"
+    assert records[0].key == f"{body['window_start']}|{body['key']}".encode()
+
+
+def test_restart_on_the_same_namespace_resumes_without_duplicates(
+    settings: Settings, spark: SparkSession, client: Client
+) -> None:
+    first = GeneratorSpec(rate=2000, keys=3, seed=5, count=1500, time_scale=20, start_ts=T0)
+    second = GeneratorSpec(rate=2000, keys=3, seed=6, count=1500, time_scale=20, start_ts=T0 + 15_000)
+    with executor_running(settings, spark, COUNT_QUERY):
+        produce(settings, first, settings.source_topic)
+        wait_until(lambda: closed_watermark(client, "count_per_key") >= T0 + 10_000, 120, "the first windows")
+    # A restart with the same namespace: the running query resumes from its checkpoints.
+    with executor_running(settings, spark, COUNT_QUERY):
+        produce(settings, second, settings.source_topic)
+        wait_until(lambda: closed_watermark(client, "count_per_key") >= T0 + 25_000, 120, "windows after restart")
+        closed_until = closed_watermark(client, "count_per_key")
+    assert [s["to_query"] for s in client.status()["swaps"]] == []
+    results = read_results(settings)
+    assert_invariants(
+        results, source_events(settings), [Version("count_per_key", 10_000, count_and_total)], [], closed_until
+    )
+
+
+MALFORMED = [
+    (b"not json at all", "not valid JSON"),
+    (b'{"value": 1.0, "ts": 1700000001000}', "missing or non-string field key"),
+    (b'{"key": "a", "ts": 1700000001000}', "missing or non-numeric field value"),
+    (b'{"key": "a", "value": "high", "ts": 1700000001000}', "missing or non-numeric field value"),
+    (b'{"key": "a", "value": 1.0}', "missing or non-integer field ts"),
+    (b'{"key": "a", "value": 1.0, "ts": "noon"}', "missing or non-integer field ts"),
+    (b'{"key": "a", "value": 1.0, "ts": -5}', "field ts out of range"),
+    (b'{"key": "a", "value": 1.0, "ts": 99999999999999999}', "field ts out of range"),
+]
+
+
+def test_malformed_events_go_to_the_dead_letter_topic_with_reason_and_original_bytes(
+    settings: Settings, spark: SparkSession, client: Client, control: redis.Redis
+) -> None:
+    with executor_running(settings, spark, COUNT_QUERY):
+        producer = KafkaProducer(**settings.kafka_python_config())
+        for raw, _ in MALFORMED:
+            producer.send(settings.source_topic, value=raw, partition=0)
+        producer.send(settings.source_topic, value=b'{"key": "ok", "value": 2.0, "ts": 1700000001000}', partition=0)
+        producer.flush()
+        producer.close()
+        wait_until(
+            lambda: len(read_topic(settings, settings.dead_letter_topic)) >= len(MALFORMED),
+            120,
+            "malformed events in the dead-letter topic",
+        )
+        dead = read_topic(settings, settings.dead_letter_topic)
+        wait_until(lambda: client.status()["dead_letter_records"] == len(MALFORMED), 30, "the dead-letter count")
+    by_value = {r.value: r.headers["hotswap.reason"].decode() for r in dead}
+    assert by_value == {raw: reason for raw, reason in MALFORMED}
+    # The pipeline kept running: the good event reached the execution graph's input.
+    routed = read_topic(settings, settings.graph_topic("count_per_key"))
+    assert [json.loads(r.value)["key"] for r in routed] == ["ok"]
