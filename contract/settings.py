@@ -54,6 +54,7 @@ class Settings(BaseSettings):
     spark_master: str = "local[2]"
     spark_driver_memory: str = "1g"
     spark_conf: dict[str, str] = Field(default_factory=dict)
+    spark_log_level: Literal["ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"] = "ERROR"
 
     # The pipeline.
     source_topic: str = "events"

@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from contract.errors import TimeoutExpired
+from contract.lifecycle import stop_between_batches
 from contract.models import GraphRecord
 from contract.settings import Settings
 from execution_graph.errors import GraphStartFailed
@@ -107,7 +108,7 @@ class GraphRunner:
     def stop(self, query_id: str) -> None:
         query = self._queries.pop(query_id, None)
         if query is not None and query.isActive:
-            query.stop()
+            stop_between_batches(query)
             log.info("execution graph stopped", query_id=query_id)
 
     def stop_all(self) -> None:

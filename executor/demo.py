@@ -131,12 +131,12 @@ def _show_new_windows(
         cells = []
         for r in sorted(rows, key=lambda r: str(r.row.get("key"))):
             measures = [
-                f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}"
                 for k, v in r.row.items()
                 if k not in ("window_start", "window_end", "query_id", "key")
             ]
-            cells.append(f"{r.row.get('key')}: {' '.join(measures)}")
-        console.print(f"{_hms(start)}-{_hms(end)} [cyan]{query_id:<18}[/] " + " | ".join(cells))
+            cells.append(f"{r.row.get('key')} {' '.join(measures)}")
+        console.print(f"{_hms(start)}-{_hms(end)} [cyan]{query_id:<16}[/] " + " | ".join(cells), soft_wrap=True)
     return first
 
 

@@ -25,7 +25,9 @@ _DEFAULT_CONF = {
     "spark.sql.streaming.minBatchesToRetain": "20",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.driver.host": "127.0.0.1",
-    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -Dlog4j2.level=WARN",
+    # A larger thread stack: Spark matches long Python tracebacks (a foreachBatch interrupted by
+    # stop()) with a recursive regex that overflows the default 1 MB stack.
+    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -Xss16m",
 }
 
 
@@ -42,5 +44,5 @@ def build_spark_session(settings: Settings, jars: list[Path]) -> SparkSession:
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.setLogLevel(settings.spark_log_level.upper())
     return spark

@@ -21,6 +21,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from contract.journal import Journal, SwapPhase, SwapRecord
 from contract.keys import Keys
+from contract.lifecycle import stop_between_batches
 from contract.models import CurrentQuery, GraphRecord, RoutingPlan, ServiceState, now_ms
 from contract.settings import Settings
 from service_graph.routing import (
@@ -84,7 +85,7 @@ class ServiceGraph:
 
     def stop(self) -> None:
         if self.query is not None and self.query.isActive:
-            self.query.stop()
+            stop_between_batches(self.query)
         if self._producer is not None:
             self._producer.close(timeout=5)
             self._producer = None
