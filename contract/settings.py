@@ -69,11 +69,27 @@ class Settings(BaseSettings):
     # Bounded waits.
     deploy_timeout: str = "120s"
     drain_timeout: str = "300s"
+    # The executor's lease on a namespace, and how long a starting executor waits for a dead
+    # predecessor's lease to expire (0: refuse at once).
+    lease_ttl: str = "15s"
+    lease_wait: str = "0s"
+    # A failed query is restarted from its checkpoint this many times, with doubling back-off.
+    query_restarts: int = Field(default=3, ge=0)
+    query_restart_backoff: str = "2s"
 
     log_format: Literal["console", "json"] = "console"
     log_level: str = "info"
 
-    @field_validator("window", "lateness", "idle_timeout", "deploy_timeout", "drain_timeout")
+    @field_validator(
+        "window",
+        "lateness",
+        "idle_timeout",
+        "deploy_timeout",
+        "drain_timeout",
+        "lease_ttl",
+        "lease_wait",
+        "query_restart_backoff",
+    )
     @classmethod
     def _duration(cls, value: str) -> str:
         try:
@@ -114,6 +130,18 @@ class Settings(BaseSettings):
     @property
     def drain_timeout_s(self) -> float:
         return parse_duration_ms(self.drain_timeout) / 1000
+
+    @property
+    def lease_ttl_ms(self) -> int:
+        return parse_duration_ms(self.lease_ttl)
+
+    @property
+    def lease_wait_s(self) -> float:
+        return parse_duration_ms(self.lease_wait) / 1000
+
+    @property
+    def query_restart_backoff_s(self) -> float:
+        return parse_duration_ms(self.query_restart_backoff) / 1000
 
     @property
     def jar_cache(self) -> Path:

@@ -44,11 +44,21 @@ def events_stream(spark: SparkSession, settings: Settings, topic: str, watermark
         .load()
     )
     rows = raw.selectExpr(f"from_json(CAST(value AS STRING), '{ROUTED_SCHEMA}') AS r").selectExpr(
-        "r.kind AS kind", "r.key AS key", "r.value AS value", "r.ts AS ts", "timestamp_millis(r.ts) AS event_time"
+        "r.kind AS kind",
+        "r.key AS key",
+        "r.value AS value",
+        "r.ts AS ts",
+        "timestamp_millis(r.ts) AS event_time",
+        "r.partition AS partition",
+        "r.offset AS offset",
     )
     watermarked = rows.withWatermark("event_time", f"{watermark_delay_ms} milliseconds")
+    # A service-graph batch that Spark replays after a crash writes its rows again; each source
+    # event (partition, offset) is counted once. Rows arrive within the watermark delay of their
+    # first copy, so state for this stays bounded.
+    unique = watermarked.dropDuplicatesWithinWatermark(["partition", "offset"])
     # Keeps data rows and drops markers, but only after the watermark node has seen them.
-    data = watermarked.where("CASE WHEN kind = 'data' THEN true ELSE event_time IS NULL END")
+    data = unique.where("CASE WHEN kind = 'data' THEN true ELSE event_time IS NULL END")
     return data.select("key", "value", "ts", "event_time")
 
 
@@ -96,6 +106,14 @@ class GraphRunner:
 
     def query(self, query_id: str) -> StreamingQuery | None:
         return self._queries.get(query_id)
+
+    def query_ids(self) -> list[str]:
+        return list(self._queries)
+
+    def restart(self, record: GraphRecord, writer: BatchWriter) -> StreamingQuery:
+        """Start a graph whose query died again, from its checkpoint."""
+        self._queries.pop(record.query_id, None)
+        return self.start(record, writer)
 
     def failure(self, query_id: str) -> str | None:
         """One line describing why the graph's query died, or None while it is healthy."""

@@ -149,11 +149,16 @@ def run(
     namespace: NamespaceOpt = None,
     log_format: Annotated[str | None, typer.Option(help="console or json.")] = None,
     keep_retired_topics: Annotated[bool | None, typer.Option(help="Keep a retired graph's topic.")] = None,
+    lease_wait: Annotated[
+        str | None, typer.Option(help="Wait this long for a killed executor's lease to expire, e.g. 20s.")
+    ] = None,
 ) -> None:
     """Run the executor in the foreground (Ctrl-C stops it; a restart resumes)."""
+    from contract.keys import Keys
     from execution_graph.user_query import load_query_source
     from executor.client import redis_client
     from executor.controller import Executor
+    from executor.lease import Lease
     from executor.spark_session import build_spark_session
     from executor.stack import EmbeddedStack
 
@@ -165,14 +170,17 @@ def run(
         namespace=namespace,
         log_format=log_format,
         keep_retired_topics=keep_retired_topics,
+        lease_wait=lease_wait,
     )
     source = load_query_source(query, name)
+    client = redis_client(settings)
+    Lease(client, Keys(settings.namespace).lease, settings.lease_ttl_ms).wait_until_free(settings.lease_wait_s)
     spark = build_spark_session(settings, EmbeddedStack(settings).spark_connector_jars())
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        Executor(settings, spark, redis_client(settings)).run(source, stop)
+        Executor(settings, spark, client).run(source, stop)
     finally:
         spark.stop()
 

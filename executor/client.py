@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from contract.errors import TimeoutExpired
 from contract.journal import Journal, SwapPhase, SwapRecord
@@ -22,8 +24,15 @@ ABORTABLE = (SwapPhase.SUBMITTED, SwapPhase.VALIDATED, SwapPhase.DEPLOYED)
 
 
 def redis_client(settings: Settings) -> redis.Redis:
+    """A client that rides out a Redis restart: each command retries with back-off for about a
+    minute before it gives up, so a restarted Redis (reloading its append-only file) is waited for."""
     return redis.Redis.from_url(
-        settings.redis_dsn, socket_timeout=10, socket_connect_timeout=5, health_check_interval=30
+        settings.redis_dsn,
+        socket_timeout=10,
+        socket_connect_timeout=5,
+        health_check_interval=30,
+        retry=Retry(ExponentialBackoff(cap=2.0, base=0.1), retries=40),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError],
     )
 
 

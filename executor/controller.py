@@ -4,12 +4,14 @@ drives swaps, and resumes from Redis and the checkpoints after a restart."""
 from __future__ import annotations
 
 import threading
+import time
 
 import redis
 import structlog
 from pyspark.sql import SparkSession
 
 from contract.errors import HotswapError
+from contract.journal import Journal, SwapPhase
 from contract.keys import Keys
 from contract.models import GraphRecord, GraphState, QuerySource
 from contract.settings import Settings
@@ -25,6 +27,7 @@ from service_sink.progress import ProgressReporter
 log = structlog.get_logger(__name__)
 
 TICK_S = 0.25
+REDIS_OUTAGE_S = 300.0
 
 
 class Executor:
@@ -43,13 +46,13 @@ class Executor:
             prefix=graph_query_name(settings.namespace, ""),
             checkpoint_for=lambda query_id: str(settings.checkpoint_dir(f"graph-{query_id}")),
         )
-        self._lease = Lease(client, self._keys.lease)
+        self._lease = Lease(client, self._keys.lease, settings.lease_ttl_ms)
         self._swaps: SwapProtocol | None = None
         self.ready = threading.Event()
 
     def run(self, initial: QuerySource | None, stop: threading.Event) -> None:
         """Run until `stop` is set; returns after stopping every query this executor started."""
-        self._lease.acquire()
+        self._lease.acquire(self.settings.lease_wait_s)
         structlog.contextvars.bind_contextvars(namespace=self.settings.namespace)
         self._spark.streams.addListener(self.reporter)
         try:
@@ -57,8 +60,20 @@ class Executor:
             self._swaps = SwapProtocol(self.settings, self._redis, self.graphs, self.reporter, partitions)
             self.ready.set()
             log.info("executor running", source=self.settings.source_topic, sink=self.settings.sink_topic)
+            redis_down_since: float | None = None
             while not stop.is_set():
-                self.tick()
+                try:
+                    self.tick()
+                    redis_down_since = None
+                except redis.ConnectionError as exc:
+                    # The client already retried for about a minute; keep going a while longer.
+                    redis_down_since = redis_down_since or time.monotonic()
+                    if time.monotonic() - redis_down_since > REDIS_OUTAGE_S:
+                        raise ExecutorError(
+                            f"Redis at {self.settings.redis_dsn.split('@')[-1]} unreachable for "
+                            f"{REDIS_OUTAGE_S:.0f}s; restart `hotswap run` once it is back"
+                        ) from exc
+                    log.warning("Redis unreachable; retrying", error=str(exc))
                 stop.wait(TICK_S)
         finally:
             self._shutdown()
@@ -67,11 +82,11 @@ class Executor:
         self._lease.check()
         assert self._swaps is not None
         self._swaps.step()
+        failed = self.graphs.supervise()
+        if failed:
+            self._swaps.graphs_failed(failed)
         self.reporter.confirm_commits()
-        query = self.service.query
-        if query is not None and not query.isActive:
-            failure = query.exception()
-            raise ExecutorError(f"the service graph stopped: {failure}; restart `hotswap run` to resume")
+        self.service.supervise()
 
     def _bootstrap(self, initial: QuerySource | None) -> int:
         settings = self.settings
@@ -95,8 +110,13 @@ class Executor:
                     "namespace already has a query; resuming it (submit a new one with `hotswap submit`)",
                     query_id=current.query_id,
                 )
+            # The old graph of a swap recorded as retired is about to be stopped: no need to resume it.
+            retiring = {s.from_query for s in Journal(self._redis, self._keys).all() if s.state is SwapPhase.RETIRED}
             for record in self.graphs.records().values():
-                if record.state in (GraphState.STARTING, GraphState.RUNNING):
+                # A graph that failed for good but was never retired still owns windows: retry it.
+                failed_owner = record.state is GraphState.FAILED and record.retired_at is None
+                wanted = record.state in (GraphState.STARTING, GraphState.RUNNING) or failed_owner
+                if wanted and record.query_id not in retiring:
                     self.graphs.resume(record, partitions)
         self.service.start()
         return partitions

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 import uuid
 
 import redis
@@ -19,9 +20,16 @@ from executor.errors import LeaseHeld
 
 log = structlog.get_logger(__name__)
 
+# Renews our lease, or takes it back if it vanished (e.g. it expired while Redis was restarting);
+# fails only if another executor holds it.
 _RENEW = """
-if redis.call('get', KEYS[1]) == ARGV[1] then
+local holder = redis.call('get', KEYS[1])
+if holder == ARGV[1] then
   return redis.call('pexpire', KEYS[1], ARGV[2])
+end
+if not holder then
+  redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
 end
 return 0
 """
@@ -43,17 +51,32 @@ class Lease:
         self._lost: str | None = None
         self._thread: threading.Thread | None = None
 
-    def acquire(self) -> None:
-        if not self._redis.set(self._key, self.token, nx=True, px=self._ttl_ms):
-            holder = self._redis.get(self._key)
-            holder_text = holder.decode() if isinstance(holder, bytes) else str(holder)
-            raise LeaseHeld(
-                f"another executor ({holder_text}) already runs this namespace; stop it first, "
-                f"or wait {self._ttl_ms // 1000}s if it was killed"
-            )
+    def acquire(self, wait_s: float = 0.0) -> None:
+        """Take the lease, waiting up to `wait_s` for a previous holder's lease to expire."""
+        deadline = time.monotonic() + wait_s
+        while not self._redis.set(self._key, self.token, nx=True, px=self._ttl_ms):
+            if time.monotonic() >= deadline:
+                self._refuse()
+            time.sleep(0.5)
         self._stop.clear()
         self._thread = threading.Thread(target=self._heartbeat, name="hotswap-lease", daemon=True)
         self._thread.start()
+
+    def wait_until_free(self, wait_s: float = 0.0) -> None:
+        """Fail fast, before any expensive start-up, if another executor holds the lease."""
+        deadline = time.monotonic() + wait_s
+        while self._redis.exists(self._key):
+            if time.monotonic() >= deadline:
+                self._refuse()
+            time.sleep(0.5)
+
+    def _refuse(self) -> None:
+        holder = self._redis.get(self._key)
+        holder_text = holder.decode() if isinstance(holder, bytes) else str(holder)
+        raise LeaseHeld(
+            f"another executor ({holder_text}) already runs this namespace; stop it first, "
+            f"or wait {self._ttl_ms // 1000}s if it was killed (or use --lease-wait)"
+        )
 
     def check(self) -> None:
         """Raises LeaseHeld if the heartbeat found the lease taken by someone else."""

@@ -485,6 +485,9 @@ class EmbeddedStack:
             LOCALHOST,
             "--appendonly",
             "yes",
+            # The control plane writes little, and a recorded cut must survive a crash of Redis too.
+            "--appendfsync",
+            "always",
             "--dir",
             str(self.redis_dir),
             "--daemonize",

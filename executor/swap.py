@@ -15,6 +15,7 @@ import redis
 import structlog
 
 from contract.errors import HotswapError
+from contract.faults import crash_point
 from contract.journal import Journal, SwapPhase, SwapRecord
 from contract.keys import Keys
 from contract.models import GraphRecord, GraphState
@@ -127,6 +128,7 @@ class SwapProtocol:
             self._await_drain(swap, bound)
         elif swap.state is SwapPhase.DRAINED:
             self._journal.advance(swap.id, SwapPhase.RETIRED)
+            crash_point("after:retired")
             self._retire(swap, bound)
         elif swap.state is SwapPhase.RETIRED:
             self._retire(swap, bound)
@@ -143,6 +145,7 @@ class SwapProtocol:
             self._fail(swap, f"{exc}; the old query keeps serving")
             return
         if self._journal.advance(swap.id, SwapPhase.DEPLOYED, when=lambda r: r.state is SwapPhase.VALIDATED):
+            crash_point("after:deployed")
             bound.info("new graph deployed; waiting for the cut")
 
     def _await_cut(self, swap: SwapRecord, bound: structlog.typing.FilteringBoundLogger) -> None:
@@ -165,6 +168,7 @@ class SwapProtocol:
         watermark = progress.committed_watermark if progress else None
         if watermark is not None and watermark >= swap.cut_window_end:
             self._journal.advance(swap.id, SwapPhase.DRAINED)
+            crash_point("after:drained")
             bound.info("old graph drained", from_query=swap.from_query, cut_window_end=swap.cut_window_end)
         elif (swap.id, swap.state) not in self._waiting_logged:
             self._waiting_logged.add((swap.id, swap.state))
@@ -180,6 +184,22 @@ class SwapProtocol:
         self._journal.advance(swap.id, SwapPhase.COMPLETED)
         bound.info("swap completed", from_query=swap.from_query, cut_window_end=swap.cut_window_end)
 
+    def _retire_drained_old_graph(self, swap: SwapRecord) -> None:
+        """After a swap failed past its cut, the old graph is still retired once it has drained."""
+        assert swap.from_query is not None
+        assert swap.cut_window_end is not None
+        old = self._graphs.get(swap.from_query)
+        if old is None or old.state is not GraphState.RUNNING:
+            return
+        progress = read_progress(self._redis, self._keys, swap.from_query)
+        if (
+            progress
+            and progress.committed_watermark is not None
+            and progress.committed_watermark >= swap.cut_window_end
+        ):
+            self._graphs.retire(swap.from_query)
+            self._reporter.forget(swap.from_query)
+
     def _fail(self, swap: SwapRecord, reason: str) -> None:
         before_cut = (SwapPhase.VALIDATED, SwapPhase.DEPLOYED)
         failed = self._journal.advance(swap.id, SwapPhase.FAILED, error=reason, when=lambda r: r.state in before_cut)
@@ -187,10 +207,42 @@ class SwapProtocol:
             log.warning("swap failed", swap_id=swap.id, reason=reason)
             self._graphs.discard(swap.to_query)
 
+    def graphs_failed(self, failed: list[tuple[GraphRecord, str]]) -> None:
+        """Graphs that stayed dead after their restarts. Before a cut a failing new query already
+        failed its swap; here the cut has happened, so routing keeps W: the new graph's rows wait
+        in its topic and the old graph keeps its windows up to W."""
+        swaps = self._journal.all()
+        for record, reason in failed:
+            message = (
+                f"query {record.query_id} kept failing after {self._settings.query_restarts} restarts ({reason}); "
+                f"its input waits in topic {record.topic}. Fix the cause, then restart `hotswap run` to resume it "
+                "from its checkpoint"
+            )
+            swap = next(
+                (
+                    s
+                    for s in swaps
+                    if s.state in (SwapPhase.CUT, SwapPhase.DRAINING, SwapPhase.DRAINED)
+                    and record.query_id in (s.from_query, s.to_query)
+                ),
+                None,
+            )
+            if swap is None:
+                log.error("query failed", query_id=record.query_id, error=message)
+                continue
+            new = self._graphs.get(swap.to_query)
+            if new is not None:
+                self._graphs.set_current(new)
+            self._journal.advance(swap.id, SwapPhase.FAILED, error=message)
+            log.error("swap failed after its cut", swap_id=swap.id, query_id=record.query_id, error=message)
+
     def _clean_up(self, swaps: list[SwapRecord]) -> None:
         """Stop graphs whose swap ended before the cut (aborted or failed)."""
         current = self._graphs.current()
         for swap in swaps:
+            if swap.state is SwapPhase.FAILED and swap.cut_window_end is not None and swap.from_query:
+                self._retire_drained_old_graph(swap)
+                continue
             # Only a validated swap owns its graph (validation gives it a unique query id).
             if swap.state not in (SwapPhase.ABORTED, SwapPhase.FAILED) or swap.new_window_ms is None:
                 continue

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import redis
 import structlog
@@ -19,18 +20,22 @@ from kafka import KafkaProducer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
+from contract.faults import crash_point
 from contract.journal import Journal, SwapPhase, SwapRecord
 from contract.keys import Keys
 from contract.lifecycle import stop_between_batches
 from contract.models import CurrentQuery, GraphRecord, RoutingPlan, ServiceState, now_ms
 from contract.settings import Settings
+from service_graph.errors import ServiceGraphError
 from service_graph.routing import (
     PartitionBatchStats,
     active_swap,
     advance_state,
     decide_cut,
+    failed_after_cut,
     marker_event_time,
     plan_batch,
+    routing_swap,
 )
 
 log = structlog.get_logger(__name__)
@@ -61,6 +66,9 @@ class ServiceGraph:
         self._producer: KafkaProducer | None = None
         self._lock = threading.Lock()
         self.query: StreamingQuery | None = None
+        self._restarts = 0
+        self._failed_at: float | None = None
+        self._restarted_at = 0.0
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> StreamingQuery:
@@ -82,6 +90,32 @@ class ServiceGraph:
         )
         log.info("service graph started", query=query_name(settings.namespace), source=settings.source_topic)
         return self.query
+
+    def supervise(self) -> None:
+        """Restart the routing query from its checkpoint if it died, with doubling back-off; after
+        the configured restarts, raise so the executor stops and says why."""
+        query = self.query
+        if query is None or query.isActive:
+            if query is not None and self._restarts and time.monotonic() - self._restarted_at > 300:
+                self._restarts = 0
+            return
+        failure = query.exception()
+        reason = str(failure).strip().splitlines()[0] if failure is not None else "it stopped"
+        if self._restarts >= self._settings.query_restarts:
+            raise ServiceGraphError(
+                f"the service graph failed {self._restarts + 1} times ({reason}); fix the cause and restart "
+                "`hotswap run`: it resumes from its checkpoint and no routed row is lost"
+            )
+        now = time.monotonic()
+        if self._failed_at is None:
+            self._failed_at = now
+            log.warning("service graph failed; restarting from its checkpoint", error=reason)
+        if now - self._failed_at < self._settings.query_restart_backoff_s * 2**self._restarts:
+            return
+        self._restarts += 1
+        self._failed_at = None
+        self._restarted_at = now
+        self.start()
 
     def stop(self) -> None:
         if self.query is not None and self.query.isActive:
@@ -106,6 +140,7 @@ class ServiceGraph:
                 )
             finally:
                 routed.unpersist()
+            crash_point("service:after-write")  # rows are out, state not yet recorded: a replay follows
             new_state = advance_state(
                 state,
                 batch_id,
@@ -126,10 +161,11 @@ class ServiceGraph:
             return plan
         graphs = self._graphs()
         current = self._current(graphs)
-        swap = active_swap(self._journal.all())
-        if swap is not None and swap.state is SwapPhase.DEPLOYED:
-            swap = self._take_cut(swap, state, batch_id) or swap
-        plan = plan_batch(batch_id, state, current, swap, graphs)
+        swaps = self._journal.all()
+        swap = active_swap(swaps)
+        if swap is not None and swap.state is SwapPhase.DEPLOYED and self._take_cut(swap, state, batch_id):
+            swaps = self._journal.all()
+        plan = plan_batch(batch_id, state, current, routing_swap(swaps), graphs)
         pipe = self._redis.pipeline(transaction=True)
         pipe.set(self._keys.routing_plan(batch_id), plan.model_dump_json())
         pipe.delete(self._keys.routing_plan(batch_id - PLANS_KEPT))
@@ -146,6 +182,7 @@ class ServiceGraph:
             cut_batch=batch_id,
         )
         if cut is not None:
+            crash_point("after:cut")
             log.info(
                 "cut taken",
                 swap_id=swap.id,
@@ -285,8 +322,10 @@ class ServiceGraph:
             advanced = self._journal.advance(swap.id, SwapPhase.DRAINING, when=lambda r: r.state is SwapPhase.CUT)
             if advanced is None:
                 return
+            crash_point("after:draining")
             swap = advanced
-        if swap.state is not SwapPhase.DRAINING or swap.markers_written:
+        # A swap that failed after its cut still gets its markers: the old graph must finish.
+        if (swap.state is not SwapPhase.DRAINING and not failed_after_cut(swap)) or swap.markers_written:
             return
         old = self._graphs().get(plan.cut.old_query)
         if old is None:

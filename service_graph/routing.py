@@ -39,6 +39,23 @@ def active_swap(swaps: Iterable[SwapRecord]) -> SwapRecord | None:
     return None
 
 
+def failed_after_cut(swap: SwapRecord) -> bool:
+    return swap.state is SwapPhase.FAILED and swap.cut_window_end is not None
+
+
+def routing_swap(swaps: Iterable[SwapRecord]) -> SwapRecord | None:
+    """The swap whose cut shapes routing: the latest one past its cut, unless a later swap has
+    completed since. A swap that failed after its cut keeps its cut: its new graph still owns the
+    windows after W (their rows wait in its topic) and the old graph those up to W."""
+    chosen: SwapRecord | None = None
+    for swap in swaps:
+        if swap.state.is_past_cut or failed_after_cut(swap):
+            chosen = swap
+        elif swap.state is SwapPhase.COMPLETED:
+            chosen = None
+    return chosen
+
+
 def decide_cut(state: ServiceState, swap: SwapRecord) -> int:
     """W for a swap being cut now: the first common boundary at or after the largest window any
     partition has routed."""
@@ -56,13 +73,13 @@ def plan_batch(
 ) -> RoutingPlan:
     """The plan for a batch, given a swap whose cut (if any) is already recorded."""
     late_before = state.watermark
-    if swap is not None and swap.state.is_past_cut:
+    if swap is not None and (swap.state.is_past_cut or failed_after_cut(swap)):
         target = graphs.get(swap.to_query)
         old = graphs.get(swap.from_query or "")
         if target is None or old is None or swap.cut_window_end is None:
             raise NoTargetGraph(f"swap {swap.id} is past its cut but its graphs are not recorded")
         cut = None
-        if swap.state in ROUTES_TO_OLD:
+        if swap.state in ROUTES_TO_OLD or failed_after_cut(swap):
             cut = CutRoute(swap_id=swap.id, boundary=swap.cut_window_end, old_query=old.query_id, old_topic=old.topic)
         return RoutingPlan(
             batch_id=batch_id, target_query=target.query_id, target_topic=target.topic, cut=cut, late_before=late_before

@@ -33,6 +33,7 @@ TEST_STACK_HOME = REPO / ".hotswap" / "test-stack"
 class Services:
     bootstrap: str
     redis_url: str
+    stack: EmbeddedStack | None = None  # set when the embedded stack runs the services
 
 
 def _docker_answers() -> bool:
@@ -71,7 +72,7 @@ def services() -> Iterator[Services]:
     stack = EmbeddedStack(settings)
     stack.up(timeout_s=180)
     try:
-        yield Services(settings.bootstrap, settings.redis_dsn)
+        yield Services(settings.bootstrap, settings.redis_dsn, stack)
     finally:
         stack.down()
 

@@ -1,0 +1,5 @@
+from pyspark.sql import DataFrame
+
+
+def transform(events: DataFrame) -> DataFrame:
+    return events

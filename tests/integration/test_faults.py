@@ -1,0 +1,331 @@
+"""Issue 4: crashes, failing queries, bad queries and infrastructure faults on the real stack."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from pyspark.sql import SparkSession
+
+from contract.journal import SwapPhase
+from contract.keys import Keys
+from contract.settings import Settings
+from executor.client import Client
+from executor.errors import SubmitRejected
+from executor.generator import GeneratorSpec, produce
+from service_sink.audit import read_results
+from tests.conftest import wait_until
+from tests.integration.conftest import Services
+from tests.integration.harness import (
+    QUERIES,
+    REPO,
+    ExecutorProcess,
+    Version,
+    assert_invariants,
+    count_and_total,
+    executor_running,
+    late_event_ids,
+    peak_and_low,
+    read_topic,
+    settings_env,
+    source_events,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+COUNT_10S = REPO / "examples" / "count_per_key.sql"
+MAX_30S = REPO / "examples" / "max_per_key_30s.sql"
+BAD = QUERIES / "bad"
+T0 = 1_700_000_000_000
+VERSIONS = [Version("count_per_key", 10_000, count_and_total), Version("max_per_key_30s", 30_000, peak_and_low)]
+
+
+@contextlib.contextmanager
+def continuous_load(settings: Settings, spec: GeneratorSpec) -> Iterator[threading.Event]:
+    stop = threading.Event()
+    thread = threading.Thread(target=produce, args=(settings, spec, settings.source_topic, stop), daemon=True)
+    thread.start()
+    try:
+        yield stop
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+
+
+def committed_watermark(client: Client, query_id: str) -> int:
+    graph = client.status()["graphs"].get(query_id)
+    progress = graph["progress"] if graph else None
+    return int(progress["committed_watermark"] or 0) if progress else 0
+
+
+def check_two_versions(settings: Settings, client: Client, cut: int, final: str) -> None:
+    late = late_event_ids(settings)
+    events = [e for e in source_events(settings) if (e.partition, e.offset) not in late]
+    closed_until = committed_watermark(client, final)
+    assert_invariants(read_results(settings), events, VERSIONS, [cut], closed_until, allow_redelivery=True)
+
+
+# -- crashes -----------------------------------------------------------------------------------------
+CRASHES = [
+    ("after:deployed", SwapPhase.DEPLOYED),
+    ("after:cut", SwapPhase.CUT),
+    ("after:draining", SwapPhase.DRAINING),
+    ("after:drained", SwapPhase.DRAINED),
+    ("after:retired", SwapPhase.RETIRED),
+]
+
+
+def test_executor_killed_in_each_swap_phase_resumes_and_keeps_every_invariant(
+    settings: Settings, client: Client, control: redis.Redis, tmp_path: Path
+) -> None:
+    keys = Keys(settings.namespace)
+    spec = GeneratorSpec(rate=300, keys=3, seed=31, disorder_ms=500, time_scale=10, start_ts=T0)
+    with continuous_load(settings, spec) as stop_load:
+        process = ExecutorProcess(settings, COUNT_10S, tmp_path, crash_at=CRASHES[0][0])
+        process.wait_serving(control, keys)
+        wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
+        swap = client.submit(MAX_30S)
+        for i, (point, phase) in enumerate(CRASHES):
+            # SIGKILL, exactly after the phase was recorded: no clean-up ran.
+            assert process.wait_exit(180) == -signal.SIGKILL, f"no crash at {point}; see {process.log_path}"
+            assert client.journal.get(swap.id).state is phase
+            next_point = CRASHES[i + 1][0] if i + 1 < len(CRASHES) else None
+            process = ExecutorProcess(settings, COUNT_10S, tmp_path, crash_at=next_point)
+        try:
+            process.wait_serving(control, keys)
+            done = client.wait_until_done(swap.id, 180)
+            cut = int(done.cut_window_end or 0)
+            wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 60_000, 120, "new windows")
+            stop_load.set()
+        finally:
+            process.stop()
+    # The cut recorded before the second crash was never re-decided.
+    assert done.cut_batch is not None
+    assert [p.name for p in done.phases][-1] is SwapPhase.COMPLETED
+    check_two_versions(settings, client, cut, "max_per_key_30s")
+
+
+def test_a_batch_killed_mid_write_is_replayed_and_counted_once(
+    settings: Settings, client: Client, control: redis.Redis, tmp_path: Path
+) -> None:
+    keys = Keys(settings.namespace)
+    spec = GeneratorSpec(rate=300, keys=3, seed=32, disorder_ms=300, time_scale=10, start_ts=T0)
+    with continuous_load(settings, spec) as stop_load:
+        first = ExecutorProcess(settings, COUNT_10S, tmp_path)
+        first.wait_serving(control, keys)
+        wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
+        first.stop()
+        # Rows of the next batch reach the graph's topic, then the process dies before Spark commits.
+        crashing = ExecutorProcess(settings, COUNT_10S, tmp_path, crash_at="service:after-write")
+        assert crashing.wait_exit(180) == -signal.SIGKILL
+        last = ExecutorProcess(settings, COUNT_10S, tmp_path)
+        try:
+            last.wait_serving(control, keys)
+            reached = committed_watermark(client, "count_per_key") + 40_000
+            wait_until(lambda: committed_watermark(client, "count_per_key") >= reached, 120, "windows after the crash")
+            stop_load.set()
+            closed_until = committed_watermark(client, "count_per_key")
+        finally:
+            last.stop()
+    routed = [json.loads(r.value) for r in read_topic(settings, settings.graph_topic("count_per_key"))]
+    ids = [(r["partition"], r["offset"]) for r in routed]
+    assert len(ids) > len(set(ids)), "the replayed batch should have written some rows twice"
+    late = late_event_ids(settings)
+    events = [e for e in source_events(settings) if (e.partition, e.offset) not in late]
+    assert_invariants(read_results(settings), events, VERSIONS[:1], [], closed_until, allow_redelivery=True)
+
+
+def test_a_second_executor_on_the_namespace_is_refused(settings: Settings, spark: SparkSession, tmp_path: Path) -> None:
+    with executor_running(settings, spark, COUNT_10S):
+        env = settings_env(settings, HOTSWAP_LEASE_WAIT="0s")
+        second = subprocess.run(
+            [sys.executable, "-m", "executor", "run", "--query", str(COUNT_10S)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert second.returncode == 1
+    assert "another executor" in second.stderr
+    assert "already runs this namespace" in second.stderr
+
+
+# -- bad input ---------------------------------------------------------------------------------------
+BAD_QUERIES = [
+    ("syntax_error.sql", "does not analyse"),
+    ("unknown_column.sql", "colour"),
+    ("no_window_columns.sql", "no window_start column"),
+    ("not_windowed.sql", "aggregates without an event-time window"),
+    ("misaligned_window.sql", "share a boundary only every"),
+    ("sliding_window.sql", "overlapping (sliding) windows"),
+    ("no_query_function.py", "defines no function query"),
+    ("query_raises.py", "ValueError: model weights not found"),
+    ("python_syntax_error.py", "syntax error"),
+]
+
+
+def test_bad_queries_are_rejected_with_their_reason_and_change_nothing(
+    settings: Settings, spark: SparkSession, client: Client
+) -> None:
+    with executor_running(settings, spark, COUNT_10S):
+        before = client.status()
+        for name, reason in BAD_QUERIES:
+            with pytest.raises(SubmitRejected) as rejected:
+                client.submit(BAD / name)
+            message = str(rejected.value)
+            assert reason in message, f"{name}: {message}"
+            assert "\n" not in message
+        after = client.status()
+    assert after["current"] == before["current"]
+    assert set(after["graphs"]) == {"count_per_key"}
+    assert [s["state"] for s in after["swaps"]] == ["rejected"] * len(BAD_QUERIES)
+
+
+def test_submit_of_a_missing_file_is_one_line_and_exits_1(settings: Settings, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "executor", "submit", str(tmp_path / "nope.sql")],
+        env=settings_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [f"hotswap: query file {tmp_path / 'nope.sql'} does not exist"]
+
+
+# -- failing queries ---------------------------------------------------------------------------------
+def failing_query(tmp_path: Path, *, fail_at_start: bool = False, failures: int = 0) -> Path:
+    """A Python query that fails when deployed (validation calls it twice first), or fails on its
+    first live batches `failures` times and then works."""
+    state = tmp_path / "failures"
+    calls = tmp_path / "calls"
+    path = tmp_path / ("broken_start.py" if fail_at_start else "flaky.py")
+    path.write_text(
+        f"""
+import os
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+STATE = {str(state)!r}
+CALLS = {str(calls)!r}
+
+
+def _flaky(ts):
+    # Only live events (not validation's samples from 2023) trip it, {failures} times in all.
+    if ts > 1_790_000_000_000:
+        seen = len(open(STATE).read()) if os.path.exists(STATE) else 0
+        if seen < {failures}:
+            with open(STATE, "a") as f:
+                f.write("x")
+            raise RuntimeError("flaky dependency")
+    return ts
+
+
+def query(events: DataFrame) -> DataFrame:
+    earlier = len(open(CALLS).read()) if os.path.exists(CALLS) else 0
+    with open(CALLS, "a") as f:
+        f.write("c")
+    if {fail_at_start!r} and earlier >= 2:
+        raise RuntimeError("cannot reach the feature store")
+    flaky = F.udf(_flaky, "long")
+    return (
+        events.where(flaky("ts") >= 0)
+        .groupBy(F.window("event_time", "10 seconds"), "key")
+        .agg(F.count("*").alias("n"), F.sum("value").alias("total"))
+        .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "key", "n",
+                "total")
+    )
+"""
+    )
+    return path
+
+
+def test_a_query_failing_before_the_cut_fails_the_swap_and_the_old_query_keeps_serving(
+    settings: Settings, spark: SparkSession, client: Client, tmp_path: Path
+) -> None:
+    spec = GeneratorSpec(rate=300, keys=3, seed=33, time_scale=10, start_ts=T0)
+    query = failing_query(tmp_path, fail_at_start=True)
+    with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec):
+        wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
+        record = client.submit(query)
+        ended = client.wait_for(record.id, lambda r: r.state.is_terminal, 120, "failed")
+        reached = committed_watermark(client, "count_per_key")
+        wait_until(lambda: committed_watermark(client, "count_per_key") > reached + 20_000, 120, "more old windows")
+        status = client.status()
+    assert ended.state is SwapPhase.FAILED
+    assert ended.cut_window_end is None
+    assert "cannot reach the feature store" in (ended.error or "")
+    assert "the old query keeps serving" in (ended.error or "")
+    assert status["current"]["query_id"] == "count_per_key"
+    assert status["graphs"]["broken_start"]["state"] == "failed"
+    assert not read_topic(settings, settings.graph_topic("broken_start"))
+
+
+def test_a_query_failing_after_the_cut_is_restarted_from_its_checkpoint(
+    settings: Settings, spark: SparkSession, client: Client, tmp_path: Path
+) -> None:
+    start = 1_800_000_000_000
+    spec = GeneratorSpec(rate=300, keys=3, seed=34, disorder_ms=300, time_scale=10, start_ts=start)
+    fast_restarts = settings.model_copy(update={"query_restart_backoff": "1s"})
+    query = failing_query(tmp_path, failures=2)
+    with executor_running(fast_restarts, spark, COUNT_10S), continuous_load(settings, spec) as stop_load:
+        wait_until(lambda: committed_watermark(client, "count_per_key") > start + 10_000, 120, "first windows")
+        record = client.submit(query)
+        done = client.wait_until_done(record.id, 240)
+        cut = int(done.cut_window_end or 0)
+        wait_until(lambda: committed_watermark(client, "flaky") >= cut + 30_000, 120, "windows of the flaky query")
+        stop_load.set()
+        closed_until = committed_watermark(client, "flaky")
+    assert (tmp_path / "failures").read_text() == "xx"
+    late = late_event_ids(settings)
+    events = [e for e in source_events(settings) if (e.partition, e.offset) not in late]
+    versions = [VERSIONS[0], Version("flaky", 10_000, count_and_total)]
+    assert_invariants(read_results(settings), events, versions, [cut], closed_until, allow_redelivery=True)
+
+
+def test_abort_works_until_the_cut(settings: Settings, spark: SparkSession, client: Client) -> None:
+    with executor_running(settings, spark, COUNT_10S):
+        # No events flow, so the deployed swap waits for its cut and can still be aborted.
+        record = client.submit(MAX_30S)
+        client.wait_for(record.id, lambda r: r.state is SwapPhase.DEPLOYED, 120, "deployed")
+        aborted = client.abort(record.id)
+        wait_until(lambda: client.status()["graphs"]["max_per_key_30s"]["state"] == "failed", 60, "clean-up")
+        status = client.status()
+    assert aborted.state is SwapPhase.ABORTED
+    assert status["current"]["query_id"] == "count_per_key"
+
+
+# -- infrastructure ----------------------------------------------------------------------------------
+def test_a_redis_restart_during_a_swap_is_ridden_out(
+    services: Services, settings: Settings, spark: SparkSession, client: Client
+) -> None:
+    if services.stack is None:
+        pytest.skip("Redis is external here; the embedded stack is needed to restart it")
+    stack = services.stack
+    spec = GeneratorSpec(rate=300, keys=3, seed=35, disorder_ms=300, time_scale=10, start_ts=T0)
+    with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as stop_load:
+        wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
+        record = client.submit(MAX_30S)
+        client.wait_for(record.id, lambda r: r.state.is_past_cut, 120, "the cut")
+        redis_pid = next(s.pid for s in stack.status() if s.name == "redis")
+        assert redis_pid is not None
+        os.kill(redis_pid, signal.SIGTERM)
+        wait_until(lambda: not next(s for s in stack.status() if s.name == "redis").healthy, 30, "Redis to stop")
+        stack.up()  # same data directory: the append-only file brings the control plane back
+        done = client.wait_until_done(record.id, 180)
+        cut = int(done.cut_window_end or 0)
+        wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 60_000, 120, "new windows")
+        stop_load.set()
+    check_two_versions(settings, client, cut, "max_per_key_30s")
