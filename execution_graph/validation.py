@@ -97,8 +97,8 @@ def _check_streaming(spark: SparkSession, source: QuerySource, output: DataFrame
         checker = jvm.org.apache.spark.sql.catalyst.analysis.UnsupportedOperationChecker
         mode = jvm.org.apache.spark.sql.streaming.OutputMode.Append()
         checker.checkForStreaming(output._jdf.queryExecution().analyzed(), mode)
-    except Py4JJavaError as exc:
-        message = first_line(exc.java_exception) if exc.java_exception is not None else first_line(exc)
+    except (Py4JJavaError, PySparkException) as exc:
+        message = first_line(exc)
         message = message.removeprefix("org.apache.spark.sql.AnalysisException: ")
         if "without watermark" in message or "aggregat" in message.lower():
             raise QueryRejected(

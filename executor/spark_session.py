@@ -23,6 +23,8 @@ _DEFAULT_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.streaming.stateStore.maintenanceInterval": "30s",
     "spark.sql.streaming.minBatchesToRetain": "20",
+    # hotswap needs neither pandas nor pyarrow; plain Python UDFs (in user .py queries) stay plain.
+    "spark.sql.execution.pythonUDF.arrow.enabled": "false",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.driver.host": "127.0.0.1",
     # A larger thread stack: Spark matches long Python tracebacks (a foreachBatch interrupted by

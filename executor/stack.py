@@ -44,6 +44,8 @@ COMPOSE_DIR = Path(__file__).resolve().parent.parent / "compose"
 KAFKA_POM_DIR = COMPOSE_DIR / "kafka"
 KAFKA_LOG4J_CONFIG = KAFKA_POM_DIR / "log4j2.yaml"
 CONNECTOR_POM_DIR = COMPOSE_DIR / "spark-connector"
+# Sends the GCS mirror that Spark's parent POM lists to Maven Central (see the file).
+MAVEN_SETTINGS = COMPOSE_DIR / "maven-settings.xml"
 # The jars Spark's Kafka source and sink need beyond what the pyspark wheel ships, in this order.
 CONNECTOR_ARTIFACTS = (
     "spark-sql-kafka-0-10_2.13",
@@ -160,6 +162,8 @@ class EmbeddedStack:
                 mvn,
                 "-q",
                 "-B",
+                "-gs",
+                str(MAVEN_SETTINGS),
                 "dependency:copy-dependencies",
                 f"-DoutputDirectory={tmp}",
                 "-DincludeScope=runtime",

@@ -20,6 +20,7 @@ from contract.journal import Journal, SwapPhase, SwapRecord
 from contract.keys import Keys
 from contract.models import GraphRecord, GraphState
 from contract.settings import Settings
+from execution_graph.user_query import first_line
 from executor.graphs import Graphs
 from service_sink.progress import ProgressReporter, read_progress
 
@@ -93,6 +94,11 @@ class SwapProtocol:
         except HotswapError as exc:
             bound.info("swap rejected", reason=str(exc))
             self._journal.advance(swap.id, SwapPhase.REJECTED, error=str(exc))
+            return
+        except Exception as exc:  # noqa: BLE001 - validation runs user code; nothing in it may stop the executor
+            reason = f"query {swap.source.name!r} could not be validated: {type(exc).__name__}: {first_line(exc)}"
+            bound.warning("swap rejected", reason=reason)
+            self._journal.advance(swap.id, SwapPhase.REJECTED, error=reason)
             return
         taken = {s.to_query for s in swaps if s.id != swap.id and s.state in IN_FLIGHT}
         query_id = self._graphs.unique_id(swap.to_query, taken)
