@@ -22,6 +22,7 @@ from contract.settings import Settings
 from executor.client import Client
 from executor.errors import SubmitRejected
 from executor.generator import GeneratorSpec, produce
+from executor.stack import EmbeddedStack
 from service_sink.audit import read_results
 from tests.conftest import wait_until
 from tests.integration.conftest import Services
@@ -65,6 +66,25 @@ def committed_watermark(client: Client, query_id: str) -> int:
     graph = client.status()["graphs"].get(query_id)
     progress = graph["progress"] if graph else None
     return int(progress["committed_watermark"] or 0) if progress else 0
+
+
+def process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A zombie is dead too: it only waits for its parent to collect it.
+    stat = Path(f"/proc/{pid}/stat")
+    return not stat.exists() or stat.read_text().split()[2] == "Z"
+
+
+def restart_service(stack: EmbeddedStack, name: str) -> None:
+    """SIGTERM one embedded service, wait until its process is gone, and start it again."""
+    pid = next(s.pid for s in stack.status() if s.name == name)
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)
+    wait_until(lambda: process_gone(pid), 120, f"{name} to exit")
+    stack.up()
 
 
 def check_two_versions(settings: Settings, client: Client, cut: int, final: str) -> None:
@@ -319,13 +339,28 @@ def test_a_redis_restart_during_a_swap_is_ridden_out(
         wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
         record = client.submit(MAX_30S)
         client.wait_for(record.id, lambda r: r.state.is_past_cut, 120, "the cut")
-        redis_pid = next(s.pid for s in stack.status() if s.name == "redis")
-        assert redis_pid is not None
-        os.kill(redis_pid, signal.SIGTERM)
-        wait_until(lambda: not next(s for s in stack.status() if s.name == "redis").healthy, 30, "Redis to stop")
-        stack.up()  # same data directory: the append-only file brings the control plane back
+        # Same data directory: the append-only file brings the control plane back.
+        restart_service(stack, "redis")
         done = client.wait_until_done(record.id, 180)
         cut = int(done.cut_window_end or 0)
         wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 60_000, 120, "new windows")
+        stop_load.set()
+    check_two_versions(settings, client, cut, "max_per_key_30s")
+
+
+def test_a_kafka_broker_restart_is_recovered_from(
+    services: Services, settings: Settings, spark: SparkSession, client: Client
+) -> None:
+    if services.stack is None:
+        pytest.skip("Kafka is external here; the embedded stack is needed to restart it")
+    stack = services.stack
+    spec = GeneratorSpec(rate=300, keys=3, seed=36, disorder_ms=300, time_scale=10, start_ts=T0)
+    with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as stop_load:
+        wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
+        restart_service(stack, "kafka")
+        record = client.submit(MAX_30S)
+        done = client.wait_until_done(record.id, 240)
+        cut = int(done.cut_window_end or 0)
+        wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 60_000, 180, "new windows")
         stop_load.set()
     check_two_versions(settings, client, cut, "max_per_key_30s")
