@@ -23,6 +23,11 @@ class Keys:
         return f"{self.prefix}:lease"
 
     @property
+    def executor(self) -> str:
+        """The executor's recorded lifecycle phase (ExecutorRecord)."""
+        return f"{self.prefix}:executor"
+
+    @property
     def current(self) -> str:
         """The query that serves windows after every cut so far."""
         return f"{self.prefix}:current"

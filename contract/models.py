@@ -54,6 +54,30 @@ class GraphRecord(Record):
     retired_at: int | None = None
 
 
+class ExecutorPhase(StrEnum):
+    """The executor's own lifecycle, recorded so an operator (and a successor) can see it."""
+
+    BOOTSTRAPPING = "bootstrapping"  # reading Redis and the checkpoints, resuming graphs
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+EXECUTOR_TRANSITIONS: dict[ExecutorPhase, frozenset[ExecutorPhase]] = {
+    ExecutorPhase.STOPPED: frozenset({ExecutorPhase.BOOTSTRAPPING}),
+    ExecutorPhase.BOOTSTRAPPING: frozenset({ExecutorPhase.RUNNING, ExecutorPhase.STOPPING}),
+    ExecutorPhase.RUNNING: frozenset({ExecutorPhase.STOPPING}),
+    ExecutorPhase.STOPPING: frozenset({ExecutorPhase.STOPPED}),
+}
+
+
+class ExecutorRecord(Record):
+    holder: str
+    phase: ExecutorPhase
+    at: int = Field(default_factory=now_ms)
+    detail: str | None = None
+
+
 class CurrentQuery(Record):
     query_id: str
     started_at: int

@@ -247,7 +247,8 @@ def _iso(ms: int | None) -> str:
 def render_status(doc: dict[str, Any]) -> None:
     current = doc["current"]
     console.print(
-        f"[bold]namespace[/] {doc['namespace']}   [bold]executor[/] {doc['executor'] or 'not running'}   "
+        f"[bold]namespace[/] {doc['namespace']}   [bold]executor[/] {doc['executor']['phase']} "
+        f"({doc['executor']['holder'] or 'no lease'})   "
         f"[bold]current[/] {current['query_id'] if current else '-'}"
     )
     service = doc["service"]

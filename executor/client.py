@@ -14,7 +14,7 @@ from redis.retry import Retry
 from contract.errors import TimeoutExpired
 from contract.journal import Journal, SwapPhase, SwapRecord
 from contract.keys import Keys
-from contract.models import CurrentQuery, GraphRecord, ServiceState
+from contract.models import CurrentQuery, ExecutorRecord, GraphRecord, ServiceState
 from contract.settings import Settings
 from execution_graph.user_query import load_query_source
 from executor.errors import ExecutorError, SubmitRejected, SwapFailed
@@ -103,9 +103,15 @@ class Client:
             for k, v in self._redis.hgetall(self._keys.graphs).items()
         }
         lease = self._redis.get(self._keys.lease)
+        raw_executor = self._redis.get(self._keys.executor)
+        executor = ExecutorRecord.model_validate_json(raw_executor) if raw_executor else None
         return {
             "namespace": self.settings.namespace,
-            "executor": lease.decode() if isinstance(lease, bytes) else lease,
+            "executor": {
+                "holder": lease.decode() if isinstance(lease, bytes) else lease,
+                "phase": str(executor.phase) if executor and lease else "stopped",
+                "since": executor.at if executor else None,
+            },
             "current": current.model_dump() if current else None,
             "swaps": [_swap_view(s) for s in self.journal.all()],
             "service": {

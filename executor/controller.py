@@ -3,6 +3,7 @@ drives swaps, and resumes from Redis and the checkpoints after a restart."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -13,7 +14,7 @@ from pyspark.sql import SparkSession
 from contract.errors import HotswapError
 from contract.journal import Journal, SwapPhase
 from contract.keys import Keys
-from contract.models import GraphRecord, GraphState, QuerySource
+from contract.models import EXECUTOR_TRANSITIONS, ExecutorPhase, ExecutorRecord, GraphRecord, GraphState, QuerySource
 from contract.settings import Settings
 from execution_graph.graph import query_name as graph_query_name
 from executor.errors import ExecutorError
@@ -53,11 +54,14 @@ class Executor:
     def run(self, initial: QuerySource | None, stop: threading.Event) -> None:
         """Run until `stop` is set; returns after stopping every query this executor started."""
         self._lease.acquire(self.settings.lease_wait_s)
+        self._phase = ExecutorPhase.STOPPED
+        self._enter(ExecutorPhase.BOOTSTRAPPING)
         structlog.contextvars.bind_contextvars(namespace=self.settings.namespace)
         self._spark.streams.addListener(self.reporter)
         try:
             partitions = self._bootstrap(initial)
             self._swaps = SwapProtocol(self.settings, self._redis, self.graphs, self.reporter, partitions)
+            self._enter(ExecutorPhase.RUNNING)
             self.ready.set()
             log.info("executor running", source=self.settings.source_topic, sink=self.settings.sink_topic)
             redis_down_since: float | None = None
@@ -142,9 +146,22 @@ class Executor:
         self.graphs.set_current(running)
         log.info("initial execution graph running", query_id=query_id, window_ms=shape.window_ms)
 
+    def _stopped(self) -> None:
+        self._enter(ExecutorPhase.STOPPED)
+        self._lease.release()
+
+    def _enter(self, phase: ExecutorPhase, detail: str | None = None) -> None:
+        if phase not in EXECUTOR_TRANSITIONS[self._phase]:
+            raise ExecutorError(f"executor cannot go from {self._phase} to {phase}")
+        record = ExecutorRecord(holder=self._lease.token, phase=phase, detail=detail)
+        self._redis.set(self._keys.executor, record.model_dump_json())
+        self._phase = phase
+
     def _shutdown(self) -> None:
         log.info("executor stopping")
-        for action in (self.service.stop, self.graphs.runner.stop_all, self._topics.close, self._lease.release):
+        with contextlib.suppress(redis.RedisError, ExecutorError):
+            self._enter(ExecutorPhase.STOPPING)
+        for action in (self.service.stop, self.graphs.runner.stop_all, self._topics.close, self._stopped):
             try:
                 action()
             except (HotswapError, redis.RedisError, OSError) as exc:

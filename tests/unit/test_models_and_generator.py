@@ -1,3 +1,5 @@
+import itertools
+
 import pytest
 
 from contract.errors import ConfigError
@@ -82,3 +84,12 @@ def test_audit_counts_windows_per_version_and_finds_gaps_and_duplicates() -> Non
     assert dup.duplicate_results == 1
     overlap = audit([result("a", "v1", 0), result("b", "v2", 0, 30)])
     assert overlap.overlapping_windows == 1
+
+
+def test_the_executor_lifecycle_only_moves_forward() -> None:
+    from contract.models import EXECUTOR_TRANSITIONS, ExecutorPhase
+
+    order = [ExecutorPhase.STOPPED, ExecutorPhase.BOOTSTRAPPING, ExecutorPhase.RUNNING, ExecutorPhase.STOPPING]
+    for current, target in itertools.pairwise([*order, ExecutorPhase.STOPPED]):
+        assert target in EXECUTOR_TRANSITIONS[current]
+    assert ExecutorPhase.RUNNING not in EXECUTOR_TRANSITIONS[ExecutorPhase.STOPPED]
