@@ -14,7 +14,8 @@ from redis.retry import Retry
 from contract.errors import TimeoutExpired
 from contract.journal import Journal, SwapPhase, SwapRecord
 from contract.keys import Keys
-from contract.models import CurrentQuery, ExecutorRecord, GraphRecord, ServiceState
+from contract.models import ExecutorRecord
+from contract.records import read_counters, read_current, read_graphs, read_service_state
 from contract.settings import Settings
 from execution_graph.user_query import load_query_source
 from executor.errors import ExecutorError, SubmitRejected, SwapFailed
@@ -90,18 +91,10 @@ class Client:
 
     def status(self) -> dict[str, Any]:
         """The status document; its core fields are a contract (README, "Status")."""
-        raw_current = self._redis.get(self._keys.current)
-        current = CurrentQuery.model_validate_json(raw_current) if raw_current else None
-        raw_service = self._redis.get(self._keys.service)
-        service = ServiceState.model_validate_json(raw_service) if raw_service else ServiceState()
-        counters = {
-            (k.decode() if isinstance(k, bytes) else str(k)): int(v)
-            for k, v in self._redis.hgetall(self._keys.counters).items()
-        }
-        graphs = {
-            (k.decode() if isinstance(k, bytes) else str(k)): GraphRecord.model_validate_json(v)
-            for k, v in self._redis.hgetall(self._keys.graphs).items()
-        }
+        current = read_current(self._redis, self._keys)
+        service = read_service_state(self._redis, self._keys)
+        counters = read_counters(self._redis, self._keys)
+        graphs = read_graphs(self._redis, self._keys)
         lease = self._redis.get(self._keys.lease)
         raw_executor = self._redis.get(self._keys.executor)
         executor = ExecutorRecord.model_validate_json(raw_executor) if raw_executor else None

@@ -49,12 +49,12 @@ class Executor:
         )
         self._lease = Lease(client, self._keys.lease, settings.lease_ttl_ms)
         self._swaps: SwapProtocol | None = None
+        self._phase = ExecutorPhase.STOPPED
         self.ready = threading.Event()
 
     def run(self, initial: QuerySource | None, stop: threading.Event) -> None:
         """Run until `stop` is set; returns after stopping every query this executor started."""
         self._lease.acquire(self.settings.lease_wait_s)
-        self._phase = ExecutorPhase.STOPPED
         self._enter(ExecutorPhase.BOOTSTRAPPING)
         structlog.contextvars.bind_contextvars(namespace=self.settings.namespace)
         self._spark.streams.addListener(self.reporter)

@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 
 from contract.keys import Keys
 from contract.models import CurrentQuery, GraphRecord, GraphState, QuerySource, now_ms
+from contract.records import read_current, read_graphs
 from contract.settings import Settings
 from execution_graph.graph import GraphRunner, events_stream
 from execution_graph.validation import QueryShape, validate_query
@@ -48,10 +49,7 @@ class Graphs:
 
     # -- records ---------------------------------------------------------------------------
     def records(self) -> dict[str, GraphRecord]:
-        raw = self._redis.hgetall(self._keys.graphs)
-        return {
-            (k.decode() if isinstance(k, bytes) else str(k)): GraphRecord.model_validate_json(v) for k, v in raw.items()
-        }
+        return read_graphs(self._redis, self._keys)
 
     def get(self, query_id: str) -> GraphRecord | None:
         raw = self._redis.hget(self._keys.graphs, query_id)
@@ -61,8 +59,7 @@ class Graphs:
         self._redis.hset(self._keys.graphs, record.query_id, record.model_dump_json())
 
     def current(self) -> CurrentQuery | None:
-        raw = self._redis.get(self._keys.current)
-        return None if raw is None else CurrentQuery.model_validate_json(raw)
+        return read_current(self._redis, self._keys)
 
     def set_current(self, record: GraphRecord) -> None:
         current = CurrentQuery(query_id=record.query_id, started_at=record.started_at or now_ms())

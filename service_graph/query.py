@@ -24,7 +24,8 @@ from contract.faults import crash_point
 from contract.journal import Journal, SwapPhase, SwapRecord
 from contract.keys import Keys
 from contract.lifecycle import stop_between_batches
-from contract.models import CurrentQuery, GraphRecord, RoutingPlan, ServiceState, now_ms
+from contract.models import GraphRecord, RoutingPlan, ServiceState, now_ms
+from contract.records import read_current, read_graphs, read_service_state
 from contract.settings import Settings
 from service_graph.errors import ServiceGraphError
 from service_graph.routing import (
@@ -284,20 +285,14 @@ class ServiceGraph:
 
     # -- state in Redis --------------------------------------------------------------------
     def _load_state(self) -> ServiceState:
-        raw = self._redis.get(self._keys.service)
-        return ServiceState() if raw is None else ServiceState.model_validate_json(raw)
+        return read_service_state(self._redis, self._keys)
 
     def _graphs(self) -> dict[str, GraphRecord]:
-        raw = self._redis.hgetall(self._keys.graphs)
-        return {
-            (k.decode() if isinstance(k, bytes) else str(k)): GraphRecord.model_validate_json(v) for k, v in raw.items()
-        }
+        return read_graphs(self._redis, self._keys)
 
     def _current(self, graphs: dict[str, GraphRecord]) -> GraphRecord | None:
-        raw = self._redis.get(self._keys.current)
-        if raw is None:
-            return None
-        return graphs.get(CurrentQuery.model_validate_json(raw).query_id)
+        current = read_current(self._redis, self._keys)
+        return None if current is None else graphs.get(current.query_id)
 
     def _record(self, before: ServiceState, after: ServiceState, stats: list[PartitionBatchStats]) -> None:
         pipe = self._redis.pipeline(transaction=True)

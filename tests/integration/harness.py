@@ -24,8 +24,9 @@ from contract.faults import CRASH_ENV
 from contract.keys import Keys
 from contract.settings import Settings
 from execution_graph.user_query import load_query_source
-from executor.client import redis_client
+from executor.client import Client, redis_client
 from executor.controller import Executor
+from executor.generator import GeneratorSpec, produce
 from service_sink.audit import Result
 from tests.conftest import wait_until
 
@@ -72,6 +73,26 @@ def executor_running(settings: Settings, spark: SparkSession, query: Path) -> It
         yield running
     finally:
         running.stop()
+
+
+@contextlib.contextmanager
+def continuous_load(settings: Settings, spec: GeneratorSpec) -> Iterator[threading.Event]:
+    """Runs the generator in the background until the block ends (or the event is set)."""
+    stop = threading.Event()
+    thread = threading.Thread(target=produce, args=(settings, spec, settings.source_topic, stop), daemon=True)
+    thread.start()
+    try:
+        yield stop
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+
+
+def committed_watermark(client: Client, query_id: str) -> int:
+    """The watermark of the graph's last committed batch, as the service sink reported it (0 if none)."""
+    graph = client.status()["graphs"].get(query_id)
+    progress = graph["progress"] if graph else None
+    return int(progress["committed_watermark"] or 0) if progress else 0
 
 
 # -- reading topics back ---------------------------------------------------------------------------

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +18,7 @@ from contract.keys import Keys
 from contract.settings import Settings
 from executor.client import Client
 from executor.errors import SubmitRejected
-from executor.generator import GeneratorSpec, produce
+from executor.generator import GeneratorSpec
 from executor.stack import EmbeddedStack
 from service_sink.audit import read_results
 from tests.conftest import wait_until
@@ -32,6 +29,8 @@ from tests.integration.harness import (
     ExecutorProcess,
     Version,
     assert_invariants,
+    committed_watermark,
+    continuous_load,
     count_and_total,
     executor_running,
     late_event_ids,
@@ -48,24 +47,6 @@ MAX_30S = REPO / "examples" / "max_per_key_30s.sql"
 BAD = QUERIES / "bad"
 T0 = 1_700_000_000_000
 VERSIONS = [Version("count_per_key", 10_000, count_and_total), Version("max_per_key_30s", 30_000, peak_and_low)]
-
-
-@contextlib.contextmanager
-def continuous_load(settings: Settings, spec: GeneratorSpec) -> Iterator[threading.Event]:
-    stop = threading.Event()
-    thread = threading.Thread(target=produce, args=(settings, spec, settings.source_topic, stop), daemon=True)
-    thread.start()
-    try:
-        yield stop
-    finally:
-        stop.set()
-        thread.join(timeout=60)
-
-
-def committed_watermark(client: Client, query_id: str) -> int:
-    graph = client.status()["graphs"].get(query_id)
-    progress = graph["progress"] if graph else None
-    return int(progress["committed_watermark"] or 0) if progress else 0
 
 
 def process_gone(pid: int) -> bool:

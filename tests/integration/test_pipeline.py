@@ -18,6 +18,7 @@ from tests.integration.harness import (
     REPO,
     Version,
     assert_invariants,
+    committed_watermark,
     count_and_total,
     executor_running,
     late_event_ids,
@@ -31,11 +32,6 @@ COUNT_QUERY = REPO / "examples" / "count_per_key.sql"
 T0 = 1_700_000_000_000
 
 
-def closed_watermark(client: Client, query_id: str) -> int:
-    progress = client.status()["graphs"][query_id]["progress"]
-    return int(progress["committed_watermark"] or 0) if progress else 0
-
-
 def test_seeded_events_flow_through_and_every_closed_window_matches_a_recomputation(
     settings: Settings, spark: SparkSession, client: Client
 ) -> None:
@@ -45,9 +41,9 @@ def test_seeded_events_flow_through_and_every_closed_window_matches_a_recomputat
         report = produce(settings, spec, settings.source_topic)
         assert report.sent == 4000
         last_closed = T0 + 35_000  # windows up to here close once the watermark (max ts - 2 s) passes them
-        wait_until(lambda: closed_watermark(client, "count_per_key") >= last_closed, 120, "windows to close")
+        wait_until(lambda: committed_watermark(client, "count_per_key") >= last_closed, 120, "windows to close")
         status = client.status()
-        closed_until = closed_watermark(client, "count_per_key")
+        closed_until = committed_watermark(client, "count_per_key")
 
     assert status["current"]["query_id"] == "count_per_key"
     partitions = status["service"]["partitions"]
@@ -84,12 +80,12 @@ def test_restart_on_the_same_namespace_resumes_without_duplicates(
     second = GeneratorSpec(rate=2000, keys=3, seed=6, count=1500, time_scale=20, start_ts=T0 + 15_000)
     with executor_running(settings, spark, COUNT_QUERY):
         produce(settings, first, settings.source_topic)
-        wait_until(lambda: closed_watermark(client, "count_per_key") >= T0 + 10_000, 120, "the first windows")
+        wait_until(lambda: committed_watermark(client, "count_per_key") >= T0 + 10_000, 120, "the first windows")
     # A restart with the same namespace: the running query resumes from its checkpoints.
     with executor_running(settings, spark, COUNT_QUERY):
         produce(settings, second, settings.source_topic)
-        wait_until(lambda: closed_watermark(client, "count_per_key") >= T0 + 25_000, 120, "windows after restart")
-        closed_until = closed_watermark(client, "count_per_key")
+        wait_until(lambda: committed_watermark(client, "count_per_key") >= T0 + 25_000, 120, "windows after restart")
+        closed_until = committed_watermark(client, "count_per_key")
     assert [s["to_query"] for s in client.status()["swaps"]] == []
     results = read_results(settings)
     assert_invariants(

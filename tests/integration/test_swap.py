@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +20,8 @@ from tests.integration.harness import (
     REPO,
     Version,
     assert_invariants,
+    committed_watermark,
+    continuous_load,
     count_and_total,
     executor_running,
     late_event_ids,
@@ -40,24 +39,6 @@ AVERAGE_10S = REPO / "examples" / "average_per_key.py"
 TOTAL_20S = QUERIES / "total_per_key_20s.sql"
 T0 = 1_700_000_000_000
 PHASES = ["submitted", "validated", "deployed", "cut", "draining", "drained", "retired", "completed"]
-
-
-@contextlib.contextmanager
-def continuous_load(settings: Settings, spec: GeneratorSpec) -> Iterator[threading.Event]:
-    """Runs the generator in the background until the block ends."""
-    stop = threading.Event()
-    thread = threading.Thread(target=produce, args=(settings, spec, settings.source_topic, stop), daemon=True)
-    thread.start()
-    try:
-        yield stop
-    finally:
-        stop.set()
-        thread.join(timeout=60)
-
-
-def committed_watermark(client: Client, query_id: str) -> int:
-    progress = client.status()["graphs"][query_id]["progress"]
-    return int(progress["committed_watermark"] or 0) if progress else 0
 
 
 def swap_and_wait(client: Client, query: Path) -> dict[str, Any]:

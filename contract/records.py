@@ -1,0 +1,30 @@
+"""Typed reads of the shared records in Redis, so every room decodes them the same way."""
+
+from __future__ import annotations
+
+import redis
+
+from contract.keys import Keys
+from contract.models import CurrentQuery, GraphRecord, ServiceState
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def read_graphs(client: redis.Redis, keys: Keys) -> dict[str, GraphRecord]:
+    return {_text(k): GraphRecord.model_validate_json(v) for k, v in client.hgetall(keys.graphs).items()}
+
+
+def read_current(client: redis.Redis, keys: Keys) -> CurrentQuery | None:
+    raw = client.get(keys.current)
+    return None if raw is None else CurrentQuery.model_validate_json(raw)
+
+
+def read_service_state(client: redis.Redis, keys: Keys) -> ServiceState:
+    raw = client.get(keys.service)
+    return ServiceState() if raw is None else ServiceState.model_validate_json(raw)
+
+
+def read_counters(client: redis.Redis, keys: Keys) -> dict[str, int]:
+    return {_text(k): int(v) for k, v in client.hgetall(keys.counters).items()}
