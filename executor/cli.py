@@ -87,12 +87,12 @@ def main_options(
 
 
 # -- stack --------------------------------------------------------------------------------------
-def _print_stack(statuses: list[Any]) -> None:
-    table = Table("service", "address", "pid", "managed", "healthy")
+def _print_stack(settings: Settings, statuses: list[Any]) -> None:
+    external = {"kafka": settings.kafka_bootstrap is not None, "redis": settings.redis_url is not None}
+    table = Table("service", "address", "pid", "run by", "healthy")
     for s in statuses:
-        table.add_row(
-            s.name, s.address, str(s.pid or "-"), "yes" if s.managed else "external", "yes" if s.healthy else "NO"
-        )
+        run_by = "this stack" if s.managed else ("external" if external.get(s.name) else "-")
+        table.add_row(s.name, s.address, str(s.pid or "-"), run_by, "yes" if s.healthy else "NO")
     console.print(table)
 
 
@@ -102,7 +102,8 @@ def stack_up(ctx: typer.Context) -> None:
     """Start Kafka (KRaft) and Redis under .hotswap/, unless they are configured as external."""
     from executor.stack import EmbeddedStack
 
-    _print_stack(EmbeddedStack(ctx.obj.settings()).up())
+    settings = ctx.obj.settings()
+    _print_stack(settings, EmbeddedStack(settings).up())
 
 
 @stack_app.command("fetch")
@@ -132,7 +133,8 @@ def stack_status(ctx: typer.Context) -> None:
     """Addresses, pids and health of Kafka and Redis."""
     from executor.stack import EmbeddedStack
 
-    _print_stack(EmbeddedStack(ctx.obj.settings()).status())
+    settings = ctx.obj.settings()
+    _print_stack(settings, EmbeddedStack(settings).status())
 
 
 # -- run ----------------------------------------------------------------------------------------
@@ -249,7 +251,8 @@ def render_status(doc: dict[str, Any]) -> None:
     console.print(
         f"[bold]namespace[/] {doc['namespace']}   [bold]executor[/] {doc['executor']['phase']} "
         f"({doc['executor']['holder'] or 'no lease'})   "
-        f"[bold]current[/] {current['query_id'] if current else '-'}"
+        f"[bold]current[/] {current['query_id'] if current else '-'}",
+        soft_wrap=True,
     )
     service = doc["service"]
     table = Table("partition", "window end", "event time", "offset", title="service graph")

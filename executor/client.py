@@ -11,7 +11,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from contract.errors import TimeoutExpired
+from contract.errors import ConfigError, TimeoutExpired
 from contract.journal import Journal, SwapPhase, SwapRecord
 from contract.keys import Keys
 from contract.models import ExecutorRecord
@@ -24,15 +24,29 @@ from service_sink.progress import read_progress
 ABORTABLE = (SwapPhase.SUBMITTED, SwapPhase.VALIDATED, SwapPhase.DEPLOYED)
 
 
-def redis_client(settings: Settings) -> redis.Redis:
-    """A client that rides out a Redis restart: each command retries with back-off for about a
-    minute before it gives up, so a restarted Redis (reloading its append-only file) is waited for."""
+def redis_client(settings: Settings, retries: int = 40) -> redis.Redis:
+    """A client that rides out a Redis restart: by default each command retries with back-off for
+    about a minute before it gives up, so a restarted Redis (reloading its append-only file) is
+    waited for. One-shot CLI commands pass fewer retries, to fail fast when the stack is down.
+
+    Wrong credentials are not worth retrying (redis-py counts them as connection errors), so
+    they are checked once up front.
+    """
+    probe = redis.Redis.from_url(settings.redis_dsn, socket_timeout=5, socket_connect_timeout=5)
+    try:
+        probe.ping()
+    except (redis.AuthenticationError, redis.ResponseError) as exc:
+        raise ConfigError(f"Redis refused the credentials in HOTSWAP_REDIS_URL ({type(exc).__name__})") from exc
+    except redis.ConnectionError:
+        pass  # down or restarting: the retrying client below waits for it
+    finally:
+        probe.close()
     return redis.Redis.from_url(
         settings.redis_dsn,
         socket_timeout=10,
         socket_connect_timeout=5,
         health_check_interval=30,
-        retry=Retry(ExponentialBackoff(cap=2.0, base=0.1), retries=40),
+        retry=Retry(ExponentialBackoff(cap=2.0, base=0.1), retries=retries),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError],
     )
 
@@ -40,7 +54,7 @@ def redis_client(settings: Settings) -> redis.Redis:
 class Client:
     def __init__(self, settings: Settings, client: redis.Redis | None = None) -> None:
         self.settings = settings
-        self._redis = client or redis_client(settings)
+        self._redis = client or redis_client(settings, retries=3)
         self._keys = Keys(settings.namespace)
         self.journal = Journal(self._redis, self._keys)
 
