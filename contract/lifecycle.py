@@ -1,8 +1,10 @@
-"""Stopping a streaming query politely, shared by the service graph and the execution graphs."""
+"""Query lifecycle helpers shared by the service graph and the execution graphs: stopping a
+streaming query politely, and the restart budget of a failed one."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 
@@ -28,3 +30,41 @@ def stop_between_batches(query: StreamingQueryLike, timeout_s: float = 10.0) -> 
     while time.monotonic() < deadline and query.isActive and query.status.get("isTriggerActive"):
         time.sleep(0.05)
     query.stop()
+
+
+HEALTHY_RESET_S = 300.0  # a query that stays up this long after a restart gets its full budget back
+
+
+@dataclass
+class RestartBudget:
+    """How often a failed query may be restarted, with doubling back-off between attempts."""
+
+    limit: int
+    backoff_s: float
+    attempts: int = 0
+    failed_at: float | None = None
+    restarted_at: float = 0.0
+
+    def healthy(self, now: float) -> None:
+        if self.attempts and now - self.restarted_at > HEALTHY_RESET_S:
+            self.attempts = 0
+
+    @property
+    def exhausted(self) -> bool:
+        return self.attempts >= self.limit
+
+    def first_seen(self, now: float) -> bool:
+        """Records when the current failure was first seen; True the first time."""
+        if self.failed_at is not None:
+            return False
+        self.failed_at = now
+        return True
+
+    def restart_due(self, now: float) -> bool:
+        """True once the back-off for this attempt has passed; the attempt is then counted."""
+        if self.failed_at is None or now - self.failed_at < self.backoff_s * 2**self.attempts:
+            return False
+        self.attempts += 1
+        self.failed_at = None
+        self.restarted_at = now
+        return True

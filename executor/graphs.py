@@ -7,13 +7,13 @@ restarted executor can finish what was begun.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import redis
 import structlog
 from pyspark.sql import SparkSession
 
 from contract.keys import Keys
+from contract.lifecycle import RestartBudget
 from contract.models import CurrentQuery, GraphRecord, GraphState, QuerySource, now_ms
 from contract.records import read_current, read_graphs
 from contract.settings import Settings
@@ -25,18 +25,6 @@ from service_sink.results import ResultWriter
 log = structlog.get_logger(__name__)
 
 
-@dataclass
-class _Restarts:
-    """Restart bookkeeping of one query: how often, and when its current failure was seen."""
-
-    attempts: int = 0
-    failed_at: float | None = None
-    restarted_at: float = 0.0
-
-
-HEALTHY_RESET_S = 300.0  # a query that stays up this long after a restart gets its full budget back
-
-
 class Graphs:
     def __init__(self, spark: SparkSession, settings: Settings, client: redis.Redis, topics: Topics) -> None:
         self._spark = spark
@@ -45,7 +33,7 @@ class Graphs:
         self._keys = Keys(settings.namespace)
         self._topics = topics
         self.runner = GraphRunner(spark, settings)
-        self._restarts: dict[str, _Restarts] = {}
+        self._restarts: dict[str, RestartBudget] = {}
 
     # -- records ---------------------------------------------------------------------------
     def records(self) -> dict[str, GraphRecord]:
@@ -103,15 +91,16 @@ class Graphs:
         now = time.monotonic()
         for query_id in self.runner.query_ids():
             failure = self.runner.failure(query_id)
-            restarts = self._restarts.setdefault(query_id, _Restarts())
+            restarts = self._restarts.setdefault(
+                query_id, RestartBudget(self._settings.query_restarts, self._settings.query_restart_backoff_s)
+            )
             if failure is None:
-                if restarts.attempts and now - restarts.restarted_at > HEALTHY_RESET_S:
-                    self._restarts[query_id] = _Restarts()
+                restarts.healthy(now)
                 continue
             record = self.get(query_id)
             if record is None:
                 continue
-            if restarts.attempts >= self._settings.query_restarts:
+            if restarts.exhausted:
                 log.error(
                     "execution graph failed for good", query_id=query_id, attempts=restarts.attempts, error=failure
                 )
@@ -119,15 +108,10 @@ class Graphs:
                 self.save(record.model_copy(update={"state": GraphState.FAILED}))
                 exhausted.append((record, failure))
                 continue
-            if restarts.failed_at is None:
-                restarts.failed_at = now
+            if restarts.first_seen(now):
                 log.warning("execution graph failed; restarting from its checkpoint", query_id=query_id, error=failure)
-            if now - restarts.failed_at < self._settings.query_restart_backoff_s * 2**restarts.attempts:
-                continue
-            restarts.attempts += 1
-            restarts.failed_at = None
-            restarts.restarted_at = now
-            self.runner.restart(record, ResultWriter(self._settings, record.query_id, record.group_columns))
+            if restarts.restart_due(now):
+                self.runner.restart(record, ResultWriter(self._settings, record.query_id, record.group_columns))
         return exhausted
 
     def resume(self, record: GraphRecord, partitions: int) -> GraphRecord:

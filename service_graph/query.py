@@ -23,7 +23,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from contract.faults import crash_point
 from contract.journal import Journal, SwapPhase, SwapRecord
 from contract.keys import Keys
-from contract.lifecycle import stop_between_batches
+from contract.lifecycle import RestartBudget, stop_between_batches
 from contract.models import GraphRecord, RoutingPlan, ServiceState, now_ms
 from contract.records import read_current, read_graphs, read_service_state
 from contract.settings import Settings
@@ -67,9 +67,7 @@ class ServiceGraph:
         self._producer: KafkaProducer | None = None
         self._lock = threading.Lock()
         self.query: StreamingQuery | None = None
-        self._restarts = 0
-        self._failed_at: float | None = None
-        self._restarted_at = 0.0
+        self._restarts = RestartBudget(settings.query_restarts, settings.query_restart_backoff_s)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> StreamingQuery:
@@ -96,27 +94,21 @@ class ServiceGraph:
         """Restart the routing query from its checkpoint if it died, with doubling back-off; after
         the configured restarts, raise so the executor stops and says why."""
         query = self.query
+        now = time.monotonic()
         if query is None or query.isActive:
-            if query is not None and self._restarts and time.monotonic() - self._restarted_at > 300:
-                self._restarts = 0
+            self._restarts.healthy(now)
             return
         failure = query.exception()
         reason = str(failure).strip().splitlines()[0] if failure is not None else "it stopped"
-        if self._restarts >= self._settings.query_restarts:
+        if self._restarts.exhausted:
             raise ServiceGraphError(
-                f"the service graph failed {self._restarts + 1} times ({reason}); fix the cause and restart "
-                "`hotswap run`: it resumes from its checkpoint and no routed row is lost"
+                f"the service graph failed {self._restarts.attempts + 1} times ({reason}); fix the cause and "
+                "restart `hotswap run`: it resumes from its checkpoint and no routed row is lost"
             )
-        now = time.monotonic()
-        if self._failed_at is None:
-            self._failed_at = now
+        if self._restarts.first_seen(now):
             log.warning("service graph failed; restarting from its checkpoint", error=reason)
-        if now - self._failed_at < self._settings.query_restart_backoff_s * 2**self._restarts:
-            return
-        self._restarts += 1
-        self._failed_at = None
-        self._restarted_at = now
-        self.start()
+        if self._restarts.restart_due(now):
+            self.start()
 
     def stop(self) -> None:
         if self.query is not None and self.query.isActive:

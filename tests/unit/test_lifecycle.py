@@ -1,0 +1,24 @@
+from contract.lifecycle import HEALTHY_RESET_S, RestartBudget
+
+
+def test_restarts_back_off_doubling_until_the_budget_is_spent() -> None:
+    budget = RestartBudget(limit=2, backoff_s=2.0)
+    assert budget.first_seen(100.0)
+    assert not budget.first_seen(100.5)  # the same failure, seen again
+    assert not budget.restart_due(101.9)
+    assert budget.restart_due(102.0)  # 2 s after the failure
+    budget.first_seen(110.0)
+    assert not budget.restart_due(113.9)
+    assert budget.restart_due(114.0)  # then 4 s
+    assert budget.exhausted
+
+
+def test_a_query_that_stays_healthy_gets_its_budget_back() -> None:
+    budget = RestartBudget(limit=1, backoff_s=1.0)
+    budget.first_seen(0.0)
+    assert budget.restart_due(1.0)
+    assert budget.exhausted
+    budget.healthy(1.0 + HEALTHY_RESET_S / 2)
+    assert budget.exhausted
+    budget.healthy(2.0 + HEALTHY_RESET_S)
+    assert not budget.exhausted
