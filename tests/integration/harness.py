@@ -267,6 +267,18 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
     return env
 
 
+def run_cli(settings: Settings, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`hotswap ARGS` in a child process with these settings; returns when it exits."""
+    return subprocess.run(
+        [sys.executable, "-m", "executor", *args],
+        env=settings_env(settings, **env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
 class ExecutorProcess:
     """`hotswap run` in a child process, optionally told to crash itself at a crash point."""
 

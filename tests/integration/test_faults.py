@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -36,7 +34,7 @@ from tests.integration.harness import (
     late_event_ids,
     peak_and_low,
     read_topic,
-    settings_env,
+    run_cli,
     source_events,
 )
 
@@ -147,15 +145,7 @@ def test_a_batch_killed_mid_write_is_replayed_and_counted_once(
 
 def test_a_second_executor_on_the_namespace_is_refused(settings: Settings, spark: SparkSession, tmp_path: Path) -> None:
     with executor_running(settings, spark, COUNT_10S):
-        env = settings_env(settings, HOTSWAP_LEASE_WAIT="0s")
-        second = subprocess.run(
-            [sys.executable, "-m", "executor", "run", "--query", str(COUNT_10S)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        second = run_cli(settings, "run", "--query", str(COUNT_10S), HOTSWAP_LEASE_WAIT="0s")
     assert second.returncode == 1
     assert "another executor" in second.stderr
     assert "already runs this namespace" in second.stderr
@@ -193,14 +183,7 @@ def test_bad_queries_are_rejected_with_their_reason_and_change_nothing(
 
 
 def test_submit_of_a_missing_file_is_one_line_and_exits_1(settings: Settings, tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "executor", "submit", str(tmp_path / "nope.sql")],
-        env=settings_env(settings),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = run_cli(settings, "submit", str(tmp_path / "nope.sql"))
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [f"hotswap: query file {tmp_path / 'nope.sql'} does not exist"]
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -13,7 +11,7 @@ from pydantic import SecretStr
 
 from contract.settings import Settings
 from executor.client import Client, redis_client
-from tests.integration.harness import settings_env
+from tests.integration.harness import run_cli
 
 pytestmark = [pytest.mark.integration]
 
@@ -29,23 +27,8 @@ def test_a_redis_acl_user_works_and_its_password_never_shows(
         assert redis_client(secured).acl_whoami() == user
         assert Client(secured).status()["current"] is None
         assert password not in repr(secured)
-        env = settings_env(secured)
-        status = subprocess.run(
-            [sys.executable, "-m", "executor", "status", "--json"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        stack = subprocess.run(
-            [sys.executable, "-m", "executor", "stack", "status"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        status = run_cli(secured, "status", "--json")
+        stack = run_cli(secured, "stack", "status")
     finally:
         control.acl_deluser(user)
     assert status.returncode == 0, status.stderr
@@ -57,14 +40,7 @@ def test_a_redis_acl_user_works_and_its_password_never_shows(
 def test_a_wrong_redis_password_is_a_one_line_error(settings: Settings) -> None:
     address = settings.redis_dsn.split("://", 1)[1]
     wrong = settings.model_copy(update={"redis_url": SecretStr(f"redis://nobody:wrong-secret@{address}")})
-    result = subprocess.run(
-        [sys.executable, "-m", "executor", "status"],
-        env=settings_env(wrong),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = run_cli(wrong, "status")
     assert result.returncode == 1
     assert "wrong-secret" not in result.stderr
     assert result.stderr.startswith("hotswap: Redis refused the credentials")
