@@ -120,8 +120,12 @@ class Journal:
         return None if raw is None else SwapRecord.model_validate_json(raw)
 
     def all(self) -> list[SwapRecord]:
+        """Every swap in submission order, in two round trips (the service graph reads this per batch)."""
         ids = [i.decode() if isinstance(i, bytes) else str(i) for i in self._redis.lrange(self._keys.swaps, 0, -1)]
-        return [record for record in (self.find(i) for i in ids) if record is not None]
+        if not ids:
+            return []
+        raws = self._redis.mget([self._keys.swap(i) for i in ids])
+        return [SwapRecord.model_validate_json(raw) for raw in raws if raw is not None]
 
     def advance(
         self,

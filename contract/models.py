@@ -75,7 +75,6 @@ class ExecutorRecord(Record):
     holder: str
     phase: ExecutorPhase
     at: int = Field(default_factory=now_ms)
-    detail: str | None = None
 
 
 class CurrentQuery(Record):

@@ -150,10 +150,10 @@ class Executor:
         self._enter(ExecutorPhase.STOPPED)
         self._lease.release()
 
-    def _enter(self, phase: ExecutorPhase, detail: str | None = None) -> None:
+    def _enter(self, phase: ExecutorPhase) -> None:
         if phase not in EXECUTOR_TRANSITIONS[self._phase]:
             raise ExecutorError(f"executor cannot go from {self._phase} to {phase}")
-        record = ExecutorRecord(holder=self._lease.token, phase=phase, detail=detail)
+        record = ExecutorRecord(holder=self._lease.token, phase=phase)
         self._redis.set(self._keys.executor, record.model_dump_json())
         self._phase = phase
 
