@@ -119,7 +119,7 @@ def _show_new_windows(
     settings: Settings, console: Console, shown: set[tuple[str, int]], first: float | None, stack_ready: float
 ) -> float | None:
     grouped: dict[tuple[str, int, int], list[Result]] = defaultdict(list)
-    for result in read_results(settings, timeout_ms=500):
+    for result in read_results(settings, timeout_s=5):
         grouped[(result.query_id, result.window_start, result.window_end)].append(result)
     for (query_id, start, end), rows in sorted(grouped.items(), key=lambda item: item[0][1]):
         if (query_id, start) in shown:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,37 +37,42 @@ class Audit:
         return not self.missing_windows and self.duplicate_results == 0 and self.overlapping_windows == 0
 
 
-def read_results(settings: Settings, topic: str | None = None, timeout_ms: int = 2000) -> list[Result]:
-    """Every result currently in the results topic, in offset order per partition."""
-    consumer = KafkaConsumer(**settings.kafka_python_config(), enable_auto_commit=False, consumer_timeout_ms=timeout_ms)
-    name = topic or settings.sink_topic
+def read_topic_records(settings: Settings, topic: str, timeout_s: float = 10.0) -> list[Any]:
+    """Every record currently in `topic` (kafka-python ConsumerRecords), in offset order per
+    partition; stops at the end offsets seen on entry, or when `timeout_s` runs out."""
+    consumer = KafkaConsumer(**settings.kafka_python_config(), enable_auto_commit=False)
     try:
-        parts = [TopicPartition(name, p) for p in sorted(consumer.partitions_for_topic(name) or [])]
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
         if not parts:
             return []
         consumer.assign(parts)
         consumer.seek_to_beginning(*parts)
         end = consumer.end_offsets(parts)
-        out: list[Result] = []
-        while any(consumer.position(tp) < end[tp] for tp in parts):
-            batch = consumer.poll(timeout_ms=timeout_ms)
-            if not batch:
-                break
-            for records in batch.values():
-                for record in records:
-                    row = json.loads(record.value)
-                    out.append(
-                        Result(
-                            key=record.key.decode() if record.key else "",
-                            query_id=str(row.get("query_id")),
-                            window_start=int(row["window_start"]),
-                            window_end=int(row["window_end"]),
-                            row=row,
-                        )
-                    )
+        deadline = time.monotonic() + timeout_s
+        out: list[Any] = []
+        while any(consumer.position(tp) < end[tp] for tp in parts) and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                out.extend(records)
         return out
     finally:
         consumer.close()
+
+
+def read_results(settings: Settings, topic: str | None = None, timeout_s: float = 10.0) -> list[Result]:
+    """Every result currently in the results topic, in offset order per partition."""
+    out: list[Result] = []
+    for record in read_topic_records(settings, topic or settings.sink_topic, timeout_s):
+        row = json.loads(record.value)
+        out.append(
+            Result(
+                key=record.key.decode() if record.key else "",
+                query_id=str(row.get("query_id")),
+                window_start=int(row["window_start"]),
+                window_end=int(row["window_end"]),
+                row=row,
+            )
+        )
+    return out
 
 
 def audit(results: list[Result]) -> Audit:

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
-from kafka import KafkaConsumer, TopicPartition
 from pyspark.sql import SparkSession
 
 from contract.faults import CRASH_ENV
@@ -27,7 +26,7 @@ from execution_graph.user_query import load_query_source
 from executor.client import Client, redis_client
 from executor.controller import Executor
 from executor.generator import GeneratorSpec, produce
-from service_sink.audit import Result
+from service_sink.audit import Result, read_topic_records
 from tests.conftest import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,23 +105,10 @@ class Record:
 
 
 def read_topic(settings: Settings, topic: str) -> list[Record]:
-    consumer = KafkaConsumer(**settings.kafka_python_config(), enable_auto_commit=False)
-    try:
-        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
-        if not parts:
-            return []
-        consumer.assign(parts)
-        consumer.seek_to_beginning(*parts)
-        end = consumer.end_offsets(parts)
-        out: list[Record] = []
-        while any(consumer.position(tp) < end[tp] for tp in parts):
-            for records in consumer.poll(timeout_ms=1000).values():
-                out.extend(
-                    Record(r.partition, r.offset, r.key, r.value, {k: v for k, v in (r.headers or [])}) for r in records
-                )
-        return out
-    finally:
-        consumer.close()
+    return [
+        Record(r.partition, r.offset, r.key, r.value, dict(r.headers or []))
+        for r in read_topic_records(settings, topic, timeout_s=60)
+    ]
 
 
 @dataclass(frozen=True)
