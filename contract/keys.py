@@ -60,5 +60,5 @@ class Keys:
 
     @property
     def counters(self) -> str:
-        """Hash of counters: late_records, dead_letter_records."""
+        """Hash of counters: late_records, dead_letter_records, expired_records."""
         return f"{self.prefix}:counters"

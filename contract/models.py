@@ -45,7 +45,6 @@ class GraphRecord(Record):
     query_id: str
     source: QuerySource
     window_ms: int
-    watermark_delay_ms: int
     topic: str
     group_columns: tuple[str, ...] = ()
     state: GraphState = GraphState.STARTING
@@ -89,6 +88,7 @@ class NodePosition(Record):
     event_time: int | None = None  # largest event time it has routed
     offset: int = -1  # largest source offset it has read
     last_data_at: int = 0  # wall-clock ms of the last batch that brought it rows
+    idle: bool = False  # set aside: no new rows for idle_timeout, so it does not hold the watermark
 
 
 class ServiceState(Record):
@@ -97,6 +97,10 @@ class ServiceState(Record):
     last_batch: int = -1
     watermark: int | None = None
     partitions: dict[str, NodePosition] = Field(default_factory=dict)
+
+    @property
+    def idle_partitions(self) -> list[str]:
+        return sorted((p for p, n in self.partitions.items() if n.idle), key=int)
 
     @property
     def max_window_end(self) -> int | None:
@@ -122,6 +126,7 @@ class RoutingPlan(Record):
     target_topic: str
     cut: CutRoute | None = None
     late_before: int | None = None  # rows with event time before this are late
+    ahead_after: int | None = None  # rows with event time after this are dead-lettered (max_time_jump)
     decided_at: int = Field(default_factory=now_ms)
 
 

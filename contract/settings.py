@@ -63,7 +63,18 @@ class Settings(BaseSettings):
     topic_replication_factor: int = Field(default=1, ge=1)
     window: str = "10s"
     lateness: str = "5s"
+    # A partition with no new rows for this long stops holding the service watermark back; when
+    # every partition is that quiet, the watermark advances with processing time. "off" waits for data.
     idle_timeout: str = "30s"
+    # An event more than this far ahead of the service watermark is dead-lettered: it moves no
+    # watermark and no cut (one mis-stamped event must not close every open window).
+    max_time_jump: str = "1h"
+    # Upper bound of source rows per service-graph batch, and of graph-topic rows per execution-graph
+    # batch, so a backlog is caught up in bounded micro-batches.
+    max_offsets_per_trigger: int = Field(default=20_000, ge=1)
+    # Create the results topic compacted (cleanup.policy=compact): a reader then keeps one record
+    # per result key, i.e. per (window, group). Only applies when hotswap creates the topic.
+    sink_compacted: bool = False
     keep_retired_topics: bool = False
 
     # Bounded waits.
@@ -76,6 +87,9 @@ class Settings(BaseSettings):
     # A failed query is restarted from its checkpoint this many times, with doubling back-off.
     query_restarts: int = Field(default=3, ge=0)
     query_restart_backoff: str = "2s"
+    # Transient Kafka errors in the control loop (broker restarting, leader moving) are retried with
+    # back-off for this long before the operation is given up with a reason.
+    retry_deadline: str = "60s"
 
     log_format: Literal["console", "json"] = "console"
     log_level: str = "info"
@@ -83,20 +97,22 @@ class Settings(BaseSettings):
     @field_validator(
         "window",
         "lateness",
-        "idle_timeout",
+        "max_time_jump",
         "deploy_timeout",
         "drain_timeout",
         "lease_ttl",
         "lease_wait",
         "query_restart_backoff",
+        "retry_deadline",
     )
     @classmethod
     def _duration(cls, value: str) -> str:
-        try:
-            parse_duration_ms(value)
-        except ConfigError as exc:
-            raise ValueError(str(exc)) from exc
-        return value
+        return _checked_duration(value)
+
+    @field_validator("idle_timeout")
+    @classmethod
+    def _duration_or_off(cls, value: str) -> str:
+        return "off" if value.strip().lower() == "off" else _checked_duration(value)
 
     @classmethod
     def settings_customise_sources(
@@ -120,8 +136,17 @@ class Settings(BaseSettings):
         return parse_duration_ms(self.lateness)
 
     @property
-    def idle_timeout_ms(self) -> int:
-        return parse_duration_ms(self.idle_timeout)
+    def idle_timeout_ms(self) -> int | None:
+        """None when idle_timeout is "off": the watermark then moves only with data."""
+        return None if self.idle_timeout == "off" else parse_duration_ms(self.idle_timeout)
+
+    @property
+    def max_time_jump_ms(self) -> int:
+        return parse_duration_ms(self.max_time_jump)
+
+    @property
+    def retry_deadline_s(self) -> float:
+        return parse_duration_ms(self.retry_deadline) / 1000
 
     @property
     def deploy_timeout_s(self) -> float:
@@ -207,6 +232,14 @@ class Settings(BaseSettings):
             options["kafka.ssl.truststore.type"] = "PEM"
             options["kafka.ssl.truststore.location"] = str(self.kafka_ssl_cafile)
         return options
+
+
+def _checked_duration(value: str) -> str:
+    try:
+        parse_duration_ms(value)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from exc
+    return value
 
 
 def load_settings(**overrides: Any) -> Settings:

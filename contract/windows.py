@@ -25,6 +25,20 @@ _UNITS_MS = {
     "hour": 3_600_000,
     "hours": 3_600_000,
 }
+# Execution graphs watermark their input with a delay so large that no data row can move Spark's
+# watermark. Only the service graph's watermark markers do: a marker whose event time is
+# `watermark + GRAPH_WATERMARK_DELAY_MS` sets Spark's watermark to exactly `watermark`, so every
+# execution graph closes windows on the service watermark (DESIGN.md, "One watermark").
+GRAPH_WATERMARK_DELAY_MS = 100 * 365 * 86_400_000  # 100 years
+# The latest event time hotswap accepts: a marker for it must still be a valid timestamp.
+MAX_EVENT_TIME_MS = 253_402_300_799_999 - GRAPH_WATERMARK_DELAY_MS  # 9999-12-31 minus the delay
+
+
+def marker_event_time(watermark_ms: int) -> int:
+    """Event time of a marker that moves an execution graph's Spark watermark to `watermark_ms`."""
+    return watermark_ms + GRAPH_WATERMARK_DELAY_MS
+
+
 _DURATION = re.compile(r"^\s*(\d+)\s*([a-z]+)\s*$")
 
 

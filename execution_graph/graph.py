@@ -1,10 +1,16 @@
 """Running user queries as Spark streaming queries, one per execution graph.
 
-Each graph reads its own input topic. The event-time watermark is applied before the user's
-query sees a row; the end-of-window marker passes through the watermark node (so it moves the
-watermark) and is then filtered out by a condition on the event-time column, which Spark keeps
-above the watermark node (a filter on another column would be pushed below it and swallow the
-marker; see DESIGN.md, "Known traps").
+Each graph reads its own single-partition input topic, in which the service graph writes data rows
+and, after each of its batches, a watermark marker. Spark's watermark is applied with a delay so
+large (contract.windows.GRAPH_WATERMARK_DELAY_MS) that data rows never move it; only markers do,
+so the graph closes windows on the service watermark and never drops a row the service graph
+routed as on time, whatever the skew between source partitions or the size of a backlog (see
+DESIGN.md, "One watermark"). One partition keeps every row before the markers that follow it, so
+any bounded prefix of the topic is consistent.
+
+Markers are dropped right after the watermark node by a condition on the event-time column, which
+Spark keeps above that node (a filter on another column would be pushed below it and swallow the
+marker; DESIGN.md, "Known traps").
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from contract.errors import TimeoutExpired
 from contract.lifecycle import stop_between_batches
 from contract.models import GraphRecord
 from contract.settings import Settings
+from contract.windows import GRAPH_WATERMARK_DELAY_MS
 from execution_graph.errors import GraphStartFailed
 from execution_graph.user_query import apply_query, first_line
 
@@ -33,14 +40,16 @@ def query_name(namespace: str, query_id: str) -> str:
     return f"hotswap.{namespace}.graph.{query_id}"
 
 
-def events_stream(spark: SparkSession, settings: Settings, topic: str, watermark_delay_ms: int) -> DataFrame:
+def events_stream(spark: SparkSession, settings: Settings, topic: str) -> DataFrame:
     """The `events` a user query sees: data rows of the graph's input topic, watermarked."""
     raw = (
         spark.readStream.format("kafka")
         .options(**settings.spark_kafka_options())
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
-        .option("failOnDataLoss", "false")
+        .option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+        # The topic is deleted only after the graph retires; its rows are the buffer and must not vanish.
+        .option("failOnDataLoss", "true")
         .load()
     )
     rows = raw.selectExpr(f"from_json(CAST(value AS STRING), '{ROUTED_SCHEMA}') AS r").selectExpr(
@@ -52,14 +61,14 @@ def events_stream(spark: SparkSession, settings: Settings, topic: str, watermark
         "r.partition AS partition",
         "r.offset AS offset",
     )
-    watermarked = rows.withWatermark("event_time", f"{watermark_delay_ms} milliseconds")
-    # A service-graph batch that Spark replays after a crash writes its rows again; each source
-    # event (partition, offset) is counted once. Rows arrive within the watermark delay of their
-    # first copy, so state for this stays bounded.
-    unique = watermarked.dropDuplicatesWithinWatermark(["partition", "offset"])
+    watermarked = rows.withWatermark("event_time", f"{GRAPH_WATERMARK_DELAY_MS} milliseconds")
     # Keeps data rows and drops markers, but only after the watermark node has seen them.
-    data = unique.where("CASE WHEN kind = 'data' THEN true ELSE event_time IS NULL END")
-    return data.select("key", "value", "ts", "event_time")
+    data = watermarked.where("CASE WHEN kind = 'data' THEN true ELSE event_time IS NULL END")
+    # A service-graph batch that Spark replays after a crash writes its rows again; each source
+    # event (partition, offset) is counted once. With the event time in the key, Spark evicts an
+    # entry once the service watermark passes it, so this state stays bounded.
+    unique = data.dropDuplicates(["partition", "offset", "event_time"])
+    return unique.select("key", "value", "ts", "event_time")
 
 
 class GraphRunner:
@@ -74,7 +83,7 @@ class GraphRunner:
         existing = self._queries.get(record.query_id)
         if existing is not None and existing.isActive:
             return existing
-        events = events_stream(self._spark, self._settings, record.topic, record.watermark_delay_ms)
+        events = events_stream(self._spark, self._settings, record.topic)
         output = apply_query(self._spark, events, record.source)
         query = (
             output.writeStream.queryName(query_name(self._settings.namespace, record.query_id))

@@ -255,15 +255,16 @@ def render_status(doc: dict[str, Any]) -> None:
         soft_wrap=True,
     )
     service = doc["service"]
-    table = Table("partition", "window end", "event time", "offset", title="service graph")
+    table = Table("partition", "window end", "event time", "offset", "idle", title="service graph")
     for p, node in service["partitions"].items():
-        table.add_row(p, _iso(node["window_end"]), _iso(node["event_time"]), str(node["offset"]))
+        idle = "yes" if node.get("idle") else ""
+        table.add_row(p, _iso(node["window_end"]), _iso(node["event_time"]), str(node["offset"]), idle)
     console.print(table)
     console.print(
         f"watermark {_iso(service['watermark'])}   late records {doc['late_records']}   "
-        f"dead-letter records {doc['dead_letter_records']}"
+        f"dead-letter records {doc['dead_letter_records']}   expired records {doc['expired_records']}"
     )
-    swaps = Table("swap", "from", "to", "state", "cut (W)", "phases", "error", title="swaps")
+    swaps = Table("swap", "from", "to", "state", "cut (W)", "phases", "waiting for / error", title="swaps")
     for s in doc["swaps"]:
         phases = " > ".join(p["name"] for p in s["phases"])
         swaps.add_row(
@@ -273,7 +274,7 @@ def render_status(doc: dict[str, Any]) -> None:
             s["state"],
             _iso(s["cut_window_end"]),
             phases,
-            s["error"] or "",
+            s["error"] or s.get("waiting_for") or "",
         )
     console.print(swaps)
 

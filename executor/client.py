@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from redis.retry import Retry
 from contract.errors import ConfigError, TimeoutExpired
 from contract.journal import Journal, SwapPhase, SwapRecord
 from contract.keys import Keys
-from contract.models import ExecutorRecord
+from contract.models import ExecutorRecord, GraphProgress, ServiceState
 from contract.records import read_counters, read_current, read_graphs, read_service_state
 from contract.settings import Settings
 from execution_graph.user_query import load_query_source
@@ -112,6 +113,8 @@ class Client:
         lease = self._redis.get(self._keys.lease)
         raw_executor = self._redis.get(self._keys.executor)
         executor = ExecutorRecord.model_validate_json(raw_executor) if raw_executor else None
+        swaps = self.journal.all()
+        progress = {query_id: read_progress(self._redis, self._keys, query_id) for query_id in graphs}
         return {
             "namespace": self.settings.namespace,
             "executor": {
@@ -120,12 +123,12 @@ class Client:
                 "since": executor.at if executor else None,
             },
             "current": current.model_dump() if current else None,
-            "swaps": [_swap_view(s) for s in self.journal.all()],
+            "swaps": [_swap_view(s, waiting_for(s, swaps, service, progress)) for s in swaps],
             "service": {
                 "watermark": service.watermark,
                 "last_batch": service.last_batch,
                 "partitions": {
-                    p: {"window_end": n.window_end, "event_time": n.event_time, "offset": n.offset}
+                    p: {"window_end": n.window_end, "event_time": n.event_time, "offset": n.offset, "idle": n.idle}
                     for p, n in sorted(service.partitions.items(), key=lambda item: int(item[0]))
                 },
             },
@@ -137,16 +140,48 @@ class Client:
                     "kind": g.source.kind,
                     "started_at": g.started_at,
                     "retired_at": g.retired_at,
-                    "progress": _progress_view(read_progress(self._redis, self._keys, query_id)),
+                    "progress": _progress_view(progress[query_id]),
                 }
                 for query_id, g in graphs.items()
             },
             "late_records": counters.get("late_records", 0),
             "dead_letter_records": counters.get("dead_letter_records", 0),
+            "expired_records": counters.get("expired_records", 0),
         }
 
 
-def _swap_view(swap: SwapRecord) -> dict[str, Any]:
+def waiting_for(
+    swap: SwapRecord, swaps: list[SwapRecord], service: ServiceState, progress: dict[str, GraphProgress | None]
+) -> str | None:
+    """What an unfinished swap waits for, in one line; None once it has ended."""
+    state = swap.state
+    if state.is_terminal:
+        return None
+    if state is SwapPhase.SUBMITTED:
+        return "validation by the executor"
+    if state is SwapPhase.VALIDATED:
+        ahead = [s.id for s in swaps[: swaps.index(swap)] if not s.state.is_terminal] if swap in swaps else []
+        return f"swap {ahead[0]} ahead of it to finish" if ahead else "its new graph to start"
+    if state is SwapPhase.DEPLOYED:
+        return "the cut at the service graph's next batch or tick"
+    w = swap.cut_window_end
+    if state is SwapPhase.CUT:
+        idle = service.idle_partitions
+        return f"drain: service watermark {_clock(service.watermark)} < W {_clock(w)}" + (
+            f"; partitions {', '.join(idle)} idle" if idle else ""
+        )
+    if state is SwapPhase.DRAINING:
+        old = progress.get(swap.from_query or "")
+        reached = old.committed_watermark if old else None
+        return f"{swap.from_query} to emit its windows through W {_clock(w)} (its watermark {_clock(reached)})"
+    return f"{swap.from_query} to be retired"
+
+
+def _clock(ms: int | None) -> str:
+    return "-" if ms is None else datetime.fromtimestamp(ms / 1000, UTC).strftime("%H:%M:%S.%f")[:-3]
+
+
+def _swap_view(swap: SwapRecord, waiting: str | None) -> dict[str, Any]:
     return {
         "id": swap.id,
         "from_query": swap.from_query,
@@ -158,6 +193,7 @@ def _swap_view(swap: SwapRecord) -> dict[str, Any]:
         "new_window_ms": swap.new_window_ms,
         "phases": [{"name": str(p.name), "at": p.at} for p in swap.phases],
         "error": swap.error,
+        "waiting_for": waiting,
     }
 
 

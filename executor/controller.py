@@ -17,18 +17,22 @@ from contract.keys import Keys
 from contract.models import EXECUTOR_TRANSITIONS, ExecutorPhase, ExecutorRecord, GraphRecord, GraphState, QuerySource
 from contract.settings import Settings
 from execution_graph.graph import query_name as graph_query_name
-from executor.errors import ExecutorError
+from execution_graph.user_query import first_line
+from executor.errors import ExecutorError, LeaseHeld
 from executor.graphs import Graphs
 from executor.lease import Lease
 from executor.swap import SwapProtocol
 from executor.topics import Topics
+from service_graph.errors import ServiceGraphError
 from service_graph.query import ServiceGraph
 from service_sink.progress import ProgressReporter
 
 log = structlog.get_logger(__name__)
 
 TICK_S = 0.25
-REDIS_OUTAGE_S = 300.0
+OUTAGE_S = 300.0  # how long the loop keeps retrying a failing tick before the executor gives up
+# Not retried: another executor holds the lease, or the service graph failed for good.
+FATAL = (LeaseHeld, ServiceGraphError)
 
 
 class Executor:
@@ -59,25 +63,28 @@ class Executor:
         structlog.contextvars.bind_contextvars(namespace=self.settings.namespace)
         self._spark.streams.addListener(self.reporter)
         try:
-            partitions = self._bootstrap(initial)
-            self._swaps = SwapProtocol(self.settings, self._redis, self.graphs, self.reporter, partitions)
+            self._bootstrap(initial)
+            self._swaps = SwapProtocol(self.settings, self._redis, self.graphs, self.reporter)
             self._enter(ExecutorPhase.RUNNING)
             self.ready.set()
             log.info("executor running", source=self.settings.source_topic, sink=self.settings.sink_topic)
-            redis_down_since: float | None = None
+            failing_since: float | None = None
             while not stop.is_set():
                 try:
                     self.tick()
-                    redis_down_since = None
-                except redis.ConnectionError as exc:
-                    # The client already retried for about a minute; keep going a while longer.
-                    redis_down_since = redis_down_since or time.monotonic()
-                    if time.monotonic() - redis_down_since > REDIS_OUTAGE_S:
+                    failing_since = None
+                except FATAL:
+                    raise
+                except Exception as exc:
+                    # One failed tick must not end the executor: Redis and Kafka clients retry on
+                    # their own, and here the loop keeps ticking a while longer.
+                    failing_since = failing_since or time.monotonic()
+                    if time.monotonic() - failing_since > OUTAGE_S:
                         raise ExecutorError(
-                            f"Redis at {self.settings.redis_dsn.split('@')[-1]} unreachable for "
-                            f"{REDIS_OUTAGE_S:.0f}s; restart `hotswap run` once it is back"
+                            f"the executor loop kept failing for {OUTAGE_S:.0f}s ({type(exc).__name__}: "
+                            f"{first_line(exc)}); fix the cause, then restart `hotswap run`"
                         ) from exc
-                    log.warning("Redis unreachable; retrying", error=str(exc))
+                    log.warning("executor tick failed; retrying", error=f"{type(exc).__name__}: {first_line(exc)}")
                 stop.wait(TICK_S)
         finally:
             self._shutdown()
@@ -91,14 +98,17 @@ class Executor:
             self._swaps.graphs_failed(failed)
         self.reporter.confirm_commits()
         self.service.supervise()
+        self.service.tick()
 
-    def _bootstrap(self, initial: QuerySource | None) -> int:
+    def _bootstrap(self, initial: QuerySource | None) -> None:
         settings = self.settings
         partitions = self._topics.partitions(settings.source_topic)
         if partitions is None:
             self._topics.ensure(settings.source_topic, settings.source_partitions)
             partitions = settings.source_partitions
-        for topic in (settings.sink_topic, settings.late_topic, settings.dead_letter_topic):
+        compacted = {"cleanup.policy": "compact"} if settings.sink_compacted else None
+        self._topics.ensure(settings.sink_topic, partitions, compacted)
+        for topic in (settings.late_topic, settings.dead_letter_topic):
             self._topics.ensure(topic, partitions)
 
         current = self.graphs.current()
@@ -107,7 +117,7 @@ class Executor:
                 raise ExecutorError(
                     f"namespace {settings.namespace!r} has no query yet; start it with `hotswap run --query FILE`"
                 )
-            self._deploy_initial(initial, partitions)
+            self._deploy_initial(initial)
         else:
             if initial is not None:
                 log.info(
@@ -121,11 +131,10 @@ class Executor:
                 failed_owner = record.state is GraphState.FAILED and record.retired_at is None
                 wanted = record.state in (GraphState.STARTING, GraphState.RUNNING) or failed_owner
                 if wanted and record.query_id not in retiring:
-                    self.graphs.resume(record, partitions)
+                    self.graphs.resume(record)
         self.service.start()
-        return partitions
 
-    def _deploy_initial(self, initial: QuerySource, partitions: int) -> None:
+    def _deploy_initial(self, initial: QuerySource) -> None:
         shape = self.graphs.validate(initial, None)
         if shape.window_ms != self.settings.window_ms:
             log.info(
@@ -138,11 +147,10 @@ class Executor:
             query_id=query_id,
             source=initial,
             window_ms=shape.window_ms,
-            watermark_delay_ms=self.settings.lateness_ms,
             topic=self.settings.graph_topic(query_id),
             group_columns=shape.group_columns,
         )
-        running = self.graphs.deploy(record, partitions)
+        running = self.graphs.deploy(record)
         self.graphs.set_current(running)
         log.info("initial execution graph running", query_id=query_id, window_ms=shape.window_ms)
 

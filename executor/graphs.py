@@ -24,6 +24,8 @@ from service_sink.results import ResultWriter
 
 log = structlog.get_logger(__name__)
 
+GRAPH_TOPIC_PARTITIONS = 1
+
 
 class Graphs:
     def __init__(self, spark: SparkSession, settings: Settings, client: redis.Redis, topics: Topics) -> None:
@@ -65,16 +67,18 @@ class Graphs:
     # -- validation ------------------------------------------------------------------------
     def validate(self, source: QuerySource, running_window_ms: int | None) -> QueryShape:
         # Analysed over a stream of a topic that is never started, so nothing is read.
-        stream = events_stream(
-            self._spark, self._settings, self._settings.graph_topic("validation"), self._settings.lateness_ms
-        )
+        stream = events_stream(self._spark, self._settings, self._settings.graph_topic("validation"))
         return validate_query(self._spark, source, stream, running_window_ms)
 
     # -- lifecycle -------------------------------------------------------------------------
-    def deploy(self, record: GraphRecord, partitions: int) -> GraphRecord:
-        """Create the graph's topic, start its query and wait until it runs."""
+    def deploy(self, record: GraphRecord) -> GraphRecord:
+        """Create the graph's topic, start its query and wait until it runs.
+
+        The topic has one partition: rows and the watermark markers after them stay in the order
+        the service graph wrote them, so the graph never reads a marker before rows it covers.
+        """
         self.save(record)
-        self._topics.ensure(record.topic, partitions)
+        self._topics.ensure(record.topic, GRAPH_TOPIC_PARTITIONS)
         self.runner.start(record, ResultWriter(self._settings, record.query_id, record.group_columns))
         self.runner.wait_running(record.query_id, self._settings.deploy_timeout_s)
         running = record.model_copy(update={"state": GraphState.RUNNING, "started_at": record.started_at or now_ms()})
@@ -114,10 +118,10 @@ class Graphs:
                 self.runner.restart(record, ResultWriter(self._settings, record.query_id, record.group_columns))
         return exhausted
 
-    def resume(self, record: GraphRecord, partitions: int) -> GraphRecord:
+    def resume(self, record: GraphRecord) -> GraphRecord:
         """Restart a graph that was starting or running when the executor stopped."""
         log.info("resuming execution graph", query_id=record.query_id, state=record.state)
-        return self.deploy(record, partitions)
+        return self.deploy(record)
 
     def retire(self, query_id: str) -> None:
         """Stop the graph's query and remove its topic (unless retired topics are kept)."""

@@ -3,8 +3,12 @@
 Phases (see contract.journal): submitted -> validated -> deployed -> cut -> draining -> drained
 -> retired -> completed. The executor validates, deploys, confirms the drain and retires; the
 service graph takes the cut and writes the end-of-window markers, because both must happen at a
-micro-batch boundary of its own query. Swaps run one at a time, in submission order: a submit
-that arrives during a running swap is validated at once and queued.
+micro-batch boundary of its own query (or of a tick between batches). Swaps run one at a time,
+in submission order (the order of the journal's list, which Redis appends to atomically): a
+submit that arrives during a running swap is validated at once and queued. A queued swap is bound
+to the query it replaces only when its turn comes: then the current query is its predecessor,
+and the window sizes are checked again against it, so an earlier swap that was aborted or failed
+never strands it.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from contract.journal import Journal, SwapPhase, SwapRecord
 from contract.keys import Keys
 from contract.models import GraphRecord, GraphState
 from contract.settings import Settings
+from execution_graph.errors import QueryRejected
 from execution_graph.user_query import first_line
+from execution_graph.validation import check_cuttable
 from executor.graphs import Graphs
 from service_sink.progress import ProgressReporter, read_progress
 
@@ -43,7 +49,6 @@ class SwapProtocol:
         client: redis.Redis,
         graphs: Graphs,
         reporter: ProgressReporter,
-        partitions: int,
     ) -> None:
         self._settings = settings
         self._redis = client
@@ -51,7 +56,6 @@ class SwapProtocol:
         self._journal = Journal(client, self._keys)
         self._graphs = graphs
         self._reporter = reporter
-        self._partitions = partitions
         self._deployed_seen: dict[str, float] = {}
         self._waiting_logged: set[tuple[str, SwapPhase]] = set()
 
@@ -102,13 +106,12 @@ class SwapProtocol:
             return
         taken = {s.to_query for s in swaps if s.id != swap.id and s.state in IN_FLIGHT}
         query_id = self._graphs.unique_id(swap.to_query, taken)
+        # Not bound to `from_query` yet: that happens when its turn comes (see _activate).
         updated = self._journal.advance(
             swap.id,
             SwapPhase.VALIDATED,
             when=lambda r: r.state is SwapPhase.SUBMITTED,
             to_query=query_id,
-            from_query=from_query,
-            old_window_ms=old_window,
             new_window_ms=shape.window_ms,
         )
         if updated is not None:
@@ -116,7 +119,6 @@ class SwapProtocol:
                 query_id=query_id,
                 source=swap.source,
                 window_ms=shape.window_ms,
-                watermark_delay_ms=self._settings.lateness_ms,
                 topic=self._settings.graph_topic(query_id),
                 group_columns=shape.group_columns,
             )
@@ -127,7 +129,9 @@ class SwapProtocol:
     def _advance(self, swap: SwapRecord) -> None:
         bound = log.bind(swap_id=swap.id, query_id=swap.to_query)
         if swap.state is SwapPhase.VALIDATED:
-            self._deploy(swap, bound)
+            activated = self._activate(swap, bound)
+            if activated is not None:
+                self._deploy(activated, bound)
         elif swap.state is SwapPhase.DEPLOYED:
             self._await_cut(swap, bound)
         elif swap.state in (SwapPhase.CUT, SwapPhase.DRAINING):
@@ -139,6 +143,46 @@ class SwapProtocol:
         elif swap.state is SwapPhase.RETIRED:
             self._retire(swap, bound)
 
+    def _activate(self, swap: SwapRecord, bound: structlog.typing.FilteringBoundLogger) -> SwapRecord | None:
+        """Bind the swap whose turn has come to the query serving now, or say why it must wait."""
+        blocker = self._blocked_by()
+        if blocker is not None:
+            if (swap.id, SwapPhase.VALIDATED) not in self._waiting_logged:
+                self._waiting_logged.add((swap.id, SwapPhase.VALIDATED))
+                bound.warning("swap waits before it can start", reason=blocker)
+            return None
+        current = self._graphs.current()
+        old = self._graphs.get(current.query_id) if current else None
+        if old is None or swap.new_window_ms is None:
+            self._fail(swap, "no query is serving to be replaced; the namespace needs `hotswap run --query FILE`")
+            return None
+        if swap.from_query != old.query_id:
+            try:
+                check_cuttable(old.window_ms, swap.new_window_ms)
+            except QueryRejected as exc:
+                self._fail(swap, f"{exc} (checked against {old.query_id}, which serves now)")
+                return None
+            bound.info("swap starts", from_query=old.query_id)
+            return self._journal.update(swap.id, from_query=old.query_id, old_window_ms=old.window_ms)
+        return swap
+
+    def _blocked_by(self) -> str | None:
+        """Why no swap may start now, or None: the serving query must be running, and an old graph
+        of a swap that failed after its cut must have drained first."""
+        current = self._graphs.current()
+        record = self._graphs.get(current.query_id) if current else None
+        if record is not None and record.state is not GraphState.RUNNING:
+            return (
+                f"query {record.query_id} serves the windows after the last cut but is {record.state}; "
+                "fix its cause and restart `hotswap run`"
+            )
+        for swap in self._journal.all():
+            if swap.state is SwapPhase.FAILED and swap.cut_window_end is not None and swap.from_query:
+                old = self._graphs.get(swap.from_query)
+                if old is not None and old.state is GraphState.RUNNING:
+                    return f"query {old.query_id} is still emitting its windows through the cut of swap {swap.id}"
+        return None
+
     def _deploy(self, swap: SwapRecord, bound: structlog.typing.FilteringBoundLogger) -> None:
         record = self._graphs.get(swap.to_query)
         if record is None:
@@ -146,7 +190,7 @@ class SwapProtocol:
             return
         bound.info("deploying new graph", topic=record.topic)
         try:
-            self._graphs.deploy(record, self._partitions)
+            self._graphs.deploy(record)
         except HotswapError as exc:
             self._fail(swap, f"{exc}; the old query keeps serving")
             return

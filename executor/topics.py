@@ -1,8 +1,14 @@
-"""Kafka topics the executor creates and removes: graph input topics, late and dead-letter."""
+"""Kafka topics the executor creates and removes: graph input topics, late and dead-letter.
+
+Every admin call retries transient errors (a broker restarting, a controller moving) until
+`retry_deadline`, then fails with a one-line reason.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import structlog
 from kafka import KafkaAdminClient, KafkaConsumer
@@ -12,8 +18,11 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPart
 from contract.errors import TimeoutExpired
 from contract.settings import Settings
 from executor.errors import ExecutorError
+from executor.transient import retry_transient
 
 log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
 
 
 class Topics:
@@ -23,32 +32,53 @@ class Topics:
 
     def _client(self) -> KafkaAdminClient:
         if self._admin is None:
-            try:
-                self._admin = KafkaAdminClient(**self._settings.kafka_python_config(), request_timeout_ms=15000)
-            except KafkaError as exc:
-                raise ExecutorError(
-                    f"cannot reach Kafka at {self._settings.bootstrap}: {exc}; is the stack up (`hotswap stack up`)?"
-                ) from exc
+            self._admin = KafkaAdminClient(**self._settings.kafka_python_config(), request_timeout_ms=15000)
         return self._admin
+
+    def _call(self, what: str, action: Callable[[KafkaAdminClient], T]) -> T:
+        def attempt() -> T:
+            try:
+                return action(self._client())
+            except KafkaError:
+                # A client that saw the broker go away may hold stale connections: start afresh.
+                self.close()
+                raise
+
+        try:
+            return retry_transient(attempt, what, self._settings.retry_deadline_s)
+        except KafkaError as exc:
+            raise ExecutorError(
+                f"{what} failed at Kafka {self._settings.bootstrap}: {type(exc).__name__}: {exc}; "
+                "is the stack up (`hotswap stack up`)?"
+            ) from exc
 
     def partitions(self, topic: str) -> int | None:
         """Partition count of an existing topic, or None if it does not exist."""
-        consumer = KafkaConsumer(**self._settings.kafka_python_config())
-        try:
-            parts = consumer.partitions_for_topic(topic)
-        finally:
-            consumer.close()
-        return len(parts) if parts else None
 
-    def ensure(self, topic: str, partitions: int, timeout_s: float = 30.0) -> None:
+        def read() -> int | None:
+            consumer = KafkaConsumer(**self._settings.kafka_python_config())
+            try:
+                parts = consumer.partitions_for_topic(topic)
+            finally:
+                consumer.close()
+            return len(parts) if parts else None
+
+        return retry_transient(read, f"reading the metadata of topic {topic}", self._settings.retry_deadline_s)
+
+    def ensure(
+        self, topic: str, partitions: int, configs: dict[str, str] | None = None, timeout_s: float = 30.0
+    ) -> None:
         """Create the topic if missing and wait until its metadata is visible."""
-        try:
-            self._client().create_topics(
-                [NewTopic(topic, partitions, self._settings.topic_replication_factor)], timeout_ms=15000
-            )
-            log.info("topic created", topic=topic, partitions=partitions)
-        except TopicAlreadyExistsError:
-            pass
+        new = NewTopic(topic, partitions, self._settings.topic_replication_factor, topic_configs=configs or {})
+
+        def create(admin: KafkaAdminClient) -> None:
+            try:
+                admin.create_topics([new], timeout_ms=15000)
+                log.info("topic created", topic=topic, partitions=partitions)
+            except TopicAlreadyExistsError:
+                pass
+
+        self._call(f"creating topic {topic}", create)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.partitions(topic):
@@ -57,13 +87,19 @@ class Topics:
         raise TimeoutExpired(f"topic {topic} was not visible in Kafka metadata after {timeout_s:.0f}s")
 
     def delete(self, topic: str) -> None:
-        try:
-            self._client().delete_topics([topic], timeout_ms=15000)
-            log.info("topic deleted", topic=topic)
-        except UnknownTopicOrPartitionError:
-            pass
+        def remove(admin: KafkaAdminClient) -> None:
+            try:
+                admin.delete_topics([topic], timeout_ms=15000)
+                log.info("topic deleted", topic=topic)
+            except UnknownTopicOrPartitionError:
+                pass
+
+        self._call(f"deleting topic {topic}", remove)
 
     def close(self) -> None:
         if self._admin is not None:
-            self._admin.close()
-            self._admin = None
+            admin, self._admin = self._admin, None
+            try:
+                admin.close()
+            except KafkaError as exc:
+                log.debug("admin client not closed cleanly", error=str(exc))

@@ -1,11 +1,16 @@
 """The service graph's Spark query.
 
-One streaming query reads the source topic; `foreachBatch` routes each micro-batch:
+One streaming query reads the source topic, in micro-batches of at most `max_offsets_per_trigger`
+rows; `foreachBatch` routes each one:
 1. take the cut if a deployed swap waits for one (recorded in the journal first);
 2. write down the batch's routing plan, or reuse it if Spark is replaying the batch;
 3. route every row with Spark SQL expressions (no Python UDFs) and write it to Kafka;
-4. record node positions and the service watermark;
-5. once the watermark passes W, write the end-of-window marker to the old graph's topic.
+4. record node positions, the service watermark and the counts of late, dead-letter and expired rows;
+5. write a watermark marker to every execution graph that receives rows, so each one closes its
+   windows on the service watermark; once the watermark passes W, the old graph's marker drains it.
+
+Between batches the executor calls `tick()`: a quiet source still gets its cut, its watermark
+advances once every partition is idle, and the markers follow, without waiting for a new row.
 """
 
 from __future__ import annotations
@@ -13,10 +18,11 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterable
 
 import redis
 import structlog
-from kafka import KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
@@ -27,24 +33,29 @@ from contract.lifecycle import RestartBudget, stop_between_batches
 from contract.models import GraphRecord, RoutingPlan, ServiceState, now_ms
 from contract.records import read_current, read_graphs, read_service_state
 from contract.settings import Settings
-from service_graph.errors import ServiceGraphError
+from contract.windows import MAX_EVENT_TIME_MS, format_duration_ms, marker_event_time
+from service_graph.errors import NoTargetGraph, ServiceGraphError
 from service_graph.routing import (
+    IdleClock,
+    Marker,
     PartitionBatchStats,
     active_swap,
     advance_state,
     decide_cut,
+    expired_rows,
     failed_after_cut,
-    marker_event_time,
+    graph_markers,
     plan_batch,
     routing_swap,
+    time_jump_limit,
 )
 
 log = structlog.get_logger(__name__)
 
 SOURCE_SCHEMA = "key STRING, value DOUBLE, ts BIGINT"
-MAX_TS_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 MARKER_KEY = b"__hotswap_marker__"
 PLANS_KEPT = 50  # older write-ahead plans are deleted; Spark never replays more than the last batch
+TICK_ADVANCE_EVERY_S = 1.0  # an idle watermark moves markers at most this often
 
 
 def query_name(namespace: str) -> str:
@@ -53,6 +64,34 @@ def query_name(namespace: str) -> str:
 
 def _sql_str(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+class SourceOffsets:
+    """Kafka's view of the source topic: what is waiting (end offsets) and what is left (log start)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._consumer: KafkaConsumer | None = None
+
+    def _parts(self) -> tuple[KafkaConsumer, list[TopicPartition]]:
+        if self._consumer is None:
+            self._consumer = KafkaConsumer(**self._settings.kafka_python_config(), enable_auto_commit=False)
+        topic = self._settings.source_topic
+        parts = [TopicPartition(topic, p) for p in sorted(self._consumer.partitions_for_topic(topic) or [])]
+        return self._consumer, parts
+
+    def end(self) -> dict[str, int]:
+        consumer, parts = self._parts()
+        return {str(tp.partition): int(o) for tp, o in consumer.end_offsets(parts).items()}
+
+    def log_start(self) -> dict[str, int]:
+        consumer, parts = self._parts()
+        return {str(tp.partition): int(o) for tp, o in consumer.beginning_offsets(parts).items()}
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
 
 
 class ServiceGraph:
@@ -65,7 +104,11 @@ class ServiceGraph:
         self._keys = Keys(settings.namespace)
         self._journal = Journal(client, self._keys)
         self._producer: KafkaProducer | None = None
+        self._source = SourceOffsets(settings)
         self._lock = threading.Lock()
+        self._idle = IdleClock(settings.idle_timeout_ms, time.monotonic())
+        self._marked: dict[str, int] = {}  # topic -> watermark of the last marker written there
+        self._last_advance = 0.0
         self.query: StreamingQuery | None = None
         self._restarts = RestartBudget(settings.query_restarts, settings.query_restart_backoff_s)
 
@@ -78,6 +121,8 @@ class ServiceGraph:
             .option("subscribe", settings.source_topic)
             # Only the very first start reads from the beginning; later starts use the checkpoint.
             .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+            # Rows deleted by retention before they were read are counted as expired (see _record).
             .option("failOnDataLoss", "false")
             .load()
         )
@@ -116,14 +161,16 @@ class ServiceGraph:
         if self._producer is not None:
             self._producer.close(timeout=5)
             self._producer = None
+        self._source.close()
 
     # -- one micro-batch -------------------------------------------------------------------
     def route_batch(self, batch: DataFrame, batch_id: int) -> None:
         with self._lock:
             state = self._load_state()
-            plan = self._plan(batch_id, state)
-            routed = self._classify(batch, plan).persist()
+            parsed = self._parse(batch).persist()
             try:
+                plan = self._plan(batch_id, state, parsed)
+                routed = self._route(parsed, plan)
                 stats = self._collect_stats(routed)
                 (
                     routed.select("topic", "key", "value", "headers")
@@ -132,38 +179,39 @@ class ServiceGraph:
                     .save()
                 )
             finally:
-                routed.unpersist()
+                parsed.unpersist()
             crash_point("service:after-write")  # rows are out, state not yet recorded: a replay follows
-            new_state = advance_state(
-                state,
-                batch_id,
-                stats,
-                now_ms=now_ms(),
-                lateness_ms=self._settings.lateness_ms,
-                idle_timeout_ms=self._settings.idle_timeout_ms,
-            )
+            now = time.monotonic()
+            self._idle.rows_seen((str(s.partition) for s in stats if s.max_event_time is not None), now)
+            new_state = self._advance(state, batch_id, stats, now)
             self._record(state, new_state, stats)
-            if plan.cut is not None:
-                self._drain_if_passed(plan, new_state)
+            self._after_routing(plan, new_state)
 
-    def _plan(self, batch_id: int, state: ServiceState) -> RoutingPlan:
+    def _plan(self, batch_id: int, state: ServiceState, parsed: DataFrame) -> RoutingPlan:
         raw = self._redis.get(self._keys.routing_plan(batch_id))
         if raw is not None:
             plan = RoutingPlan.model_validate_json(raw)
             log.info("replaying routing plan", batch=batch_id, target=plan.target_query)
             return plan
-        graphs = self._graphs()
-        current = self._current(graphs)
         swaps = self._journal.all()
         swap = active_swap(swaps)
         if swap is not None and swap.state is SwapPhase.DEPLOYED and self._take_cut(swap, state, batch_id):
             swaps = self._journal.all()
-        plan = plan_batch(batch_id, state, current, routing_swap(swaps), graphs)
+        median = self._median_event_time(parsed) if state.watermark is None else None
+        ahead_after = time_jump_limit(state.watermark, median, self._settings.max_time_jump_ms)
+        plan = self._next_plan(batch_id, state, swaps, ahead_after)
         pipe = self._redis.pipeline(transaction=True)
         pipe.set(self._keys.routing_plan(batch_id), plan.model_dump_json())
         pipe.delete(self._keys.routing_plan(batch_id - PLANS_KEPT))
         pipe.execute()
         return plan
+
+    def _next_plan(
+        self, batch_id: int, state: ServiceState, swaps: list[SwapRecord], ahead_after: int | None = None
+    ) -> RoutingPlan:
+        graphs = self._graphs()
+        current = self._current(graphs)
+        return plan_batch(batch_id, state, current, routing_swap(swaps), graphs, ahead_after=ahead_after)
 
     def _take_cut(self, swap: SwapRecord, state: ServiceState, batch_id: int) -> SwapRecord | None:
         boundary = decide_cut(state, swap)
@@ -185,13 +233,9 @@ class ServiceGraph:
             )
         return cut
 
-    def _classify(self, batch: DataFrame, plan: RoutingPlan) -> DataFrame:
-        """Adds `topic`, `key`, `value`, `headers` for the Kafka sink, plus `route` for stats."""
-        settings = self._settings
-        size = settings.window_ms
-        late = "false" if plan.late_before is None else f"e.ts < {plan.late_before}"
-        old = "false" if plan.cut is None else f"e.ts < {plan.cut.boundary}"
-        old_topic = _sql_str(plan.cut.old_topic) if plan.cut is not None else "NULL"
+    @staticmethod
+    def _parse(batch: DataFrame) -> DataFrame:
+        """The source rows with their parsed event `e` and, for malformed ones, the `reason`."""
         parsed = batch.selectExpr(
             "partition",
             "offset",
@@ -200,16 +244,43 @@ class ServiceGraph:
             f"from_json(CAST(value AS STRING), '{SOURCE_SCHEMA}') AS e",
             "try_parse_json(CAST(value AS STRING)) AS j",
         )
-        reasoned = parsed.selectExpr(
-            "*",
+        return parsed.selectExpr(
+            "partition",
+            "offset",
+            "raw_key",
+            "raw_value",
+            "e",
             f"""CASE
                   WHEN raw_value IS NULL THEN 'empty record'
                   WHEN j IS NULL THEN 'not valid JSON'
                   WHEN e.key IS NULL THEN 'missing or non-string field key'
                   WHEN e.value IS NULL THEN 'missing or non-numeric field value'
                   WHEN e.ts IS NULL THEN 'missing or non-integer field ts'
-                  WHEN e.ts < 0 OR e.ts > {MAX_TS_MS} THEN 'field ts out of range'
+                  WHEN e.ts < 0 OR e.ts > {MAX_EVENT_TIME_MS} THEN 'field ts out of range'
                 END AS reason""",
+        )
+
+    @staticmethod
+    def _median_event_time(parsed: DataFrame) -> int | None:
+        row = parsed.where("reason IS NULL").selectExpr("percentile_approx(e.ts, 0.5) AS median").first()
+        return None if row is None or row["median"] is None else int(row["median"])
+
+    def _route(self, parsed: DataFrame, plan: RoutingPlan) -> DataFrame:
+        """Adds `topic`, `key`, `value`, `headers` for the Kafka sink, plus `route` for stats."""
+        settings = self._settings
+        size = settings.window_ms
+        late = "false" if plan.late_before is None else f"e.ts < {plan.late_before}"
+        ahead = "false" if plan.ahead_after is None else f"e.ts > {plan.ahead_after}"
+        jump = _sql_str(f"event time more than {format_duration_ms(settings.max_time_jump_ms)} ahead of the watermark")
+        old = "false" if plan.cut is None else f"e.ts < {plan.cut.boundary}"
+        old_topic = _sql_str(plan.cut.old_topic) if plan.cut is not None else "NULL"
+        reasoned = parsed.selectExpr(
+            "partition",
+            "offset",
+            "raw_key",
+            "raw_value",
+            "e",
+            f"CASE WHEN reason IS NULL AND {ahead} THEN {jump} ELSE reason END AS reason",
         )
         routed = reasoned.selectExpr(
             "*",
@@ -261,6 +332,7 @@ class ServiceGraph:
             )
             .groupBy("partition")
             .agg({"offset": "max", "routed_ts": "max", "routed_window_end": "max", "is_late": "sum", "is_dead": "sum"})
+            .join(routed.groupBy("partition").agg({"offset": "min"}), "partition")
             .collect()
         )
         return [
@@ -271,9 +343,61 @@ class ServiceGraph:
                 max_window_end=row["max(routed_window_end)"],
                 late=int(row["sum(is_late)"] or 0),
                 dead_letter=int(row["sum(is_dead)"] or 0),
+                min_offset=int(row["min(offset)"]),
             )
             for row in rows
         ]
+
+    # -- watermark -------------------------------------------------------------------------
+    def _advance(
+        self, state: ServiceState, batch_id: int, stats: list[PartitionBatchStats], now: float
+    ) -> ServiceState:
+        """The state after a batch (or, with no stats, after a tick), with idle partitions set aside."""
+        partitions = set(state.partitions) | {str(s.partition) for s in stats}
+        idle = self._idle.quiet(partitions, now)
+        if idle:
+            # A partition with rows waiting in Kafka is slow, not idle: it keeps holding the watermark.
+            after = {p: n.offset for p, n in state.partitions.items()}
+            after.update({str(s.partition): s.max_offset for s in stats})
+            end = self._source.end()
+            idle = frozenset(p for p in idle if end.get(p, 0) <= after.get(p, -1) + 1)
+        return advance_state(
+            state,
+            batch_id,
+            stats,
+            now_ms=now_ms(),
+            lateness_ms=self._settings.lateness_ms,
+            idleness=self._idle.idleness(partitions, idle, now),
+        )
+
+    def tick(self) -> None:
+        """Between batches: take a waiting cut, advance the watermark of an idle source, and keep
+        every execution graph's markers up to date. Does nothing while a batch runs or is pending."""
+        if self.query is None or not self.query.isActive or not self._lock.acquire(blocking=False):
+            return
+        try:
+            state = self._load_state()
+            next_batch = state.last_batch + 1
+            if self._redis.exists(self._keys.routing_plan(next_batch)):
+                return  # a batch was interrupted; Spark replays it first, with its recorded plan
+            swaps = self._journal.all()
+            swap = active_swap(swaps)
+            if swap is not None and swap.state is SwapPhase.DEPLOYED and self._take_cut(swap, state, next_batch):
+                swaps = self._journal.all()
+            now = time.monotonic()
+            if now - self._last_advance >= TICK_ADVANCE_EVERY_S:
+                self._last_advance = now
+                advanced = self._advance(state, state.last_batch, [], now)
+                if advanced != state:
+                    self._redis.set(self._keys.service, advanced.model_dump_json())
+                    state = advanced
+            try:
+                plan = self._next_plan(next_batch, state, swaps)
+            except NoTargetGraph:
+                return
+            self._after_routing(plan, state)
+        finally:
+            self._lock.release()
 
     # -- state in Redis --------------------------------------------------------------------
     def _load_state(self) -> ServiceState:
@@ -291,48 +415,71 @@ class ServiceGraph:
         pipe.set(self._keys.service, after.model_dump_json())
         # A replayed batch was counted the first time it ran.
         if after.last_batch > before.last_batch:
-            late = sum(s.late for s in stats)
-            dead = sum(s.dead_letter for s in stats)
-            if late:
-                pipe.hincrby(self._keys.counters, "late_records", late)
-            if dead:
-                pipe.hincrby(self._keys.counters, "dead_letter_records", dead)
+            counts = {
+                "late_records": sum(s.late for s in stats),
+                "dead_letter_records": sum(s.dead_letter for s in stats),
+                "expired_records": self._expired(before, stats),
+            }
+            for name, count in counts.items():
+                if count:
+                    pipe.hincrby(self._keys.counters, name, count)
         pipe.execute()
 
-    # -- drain -----------------------------------------------------------------------------
-    def _drain_if_passed(self, plan: RoutingPlan, state: ServiceState) -> None:
+    def _expired(self, before: ServiceState, stats: Iterable[PartitionBatchStats]) -> int:
+        """Rows deleted by Kafka's retention between the previous batch and this one, never read."""
+        gaps = [
+            s
+            for s in stats
+            if s.min_offset is not None
+            and str(s.partition) in before.partitions
+            and s.min_offset > before.partitions[str(s.partition)].offset + 1 >= 1
+        ]
+        if not gaps:
+            return 0
+        log_start = self._source.log_start()
+        expired = sum(
+            expired_rows(before.partitions[str(s.partition)].offset, s.min_offset, log_start.get(str(s.partition)))
+            for s in gaps
+        )
+        if expired:
+            log.warning("source rows expired before they were read", topic=self._settings.source_topic, rows=expired)
+        return expired
+
+    # -- markers and drain -----------------------------------------------------------------
+    def _after_routing(self, plan: RoutingPlan, state: ServiceState) -> None:
+        """Bring every receiving graph's watermark to the service watermark. Once it has passed W,
+        the old graph's marker drains it: `draining` is recorded first, `markers_written` after."""
+        draining = plan.cut is not None and state.watermark is not None and state.watermark >= plan.cut.boundary
+        swap = self._record_draining(plan) if draining else None
+        markers = graph_markers(plan, state.watermark)
+        self._write_markers([m for m in markers if self._marked.get(m.topic) != m.watermark])
+        # A swap that failed after its cut still gets its markers: the old graph must finish.
+        needs_note = swap is not None and (swap.state is SwapPhase.DRAINING or failed_after_cut(swap))
+        if swap is not None and needs_note and not swap.markers_written:
+            self._journal.update(swap.id, markers_written=True)
+            log.info("end-of-window marker written", swap_id=swap.id, query_id=swap.from_query)
+
+    def _record_draining(self, plan: RoutingPlan) -> SwapRecord:
         assert plan.cut is not None
-        if state.watermark is None or state.watermark < plan.cut.boundary:
-            return
         swap = self._journal.get(plan.cut.swap_id)
         if swap.state is SwapPhase.CUT:
             advanced = self._journal.advance(swap.id, SwapPhase.DRAINING, when=lambda r: r.state is SwapPhase.CUT)
-            if advanced is None:
-                return
-            crash_point("after:draining")
-            swap = advanced
-        # A swap that failed after its cut still gets its markers: the old graph must finish.
-        if (swap.state is not SwapPhase.DRAINING and not failed_after_cut(swap)) or swap.markers_written:
-            return
-        old = self._graphs().get(plan.cut.old_query)
-        if old is None:
-            return
-        self._write_markers(old, plan.cut.boundary, swap.id)
-        self._journal.update(swap.id, markers_written=True)
+            if advanced is not None:
+                crash_point("after:draining")
+                return advanced
+            return self._journal.get(plan.cut.swap_id)
+        return swap
 
-    def _write_markers(self, old: GraphRecord, boundary: int, swap_id: str) -> None:
+    def _write_markers(self, markers: list[Marker]) -> None:
+        if not markers:
+            return
         if self._producer is None:
             self._producer = KafkaProducer(**self._settings.kafka_python_config(), acks="all")
-        event_time = marker_event_time(boundary, old.watermark_delay_ms)
-        payload = json.dumps({"kind": "marker", "ts": event_time, "swap_id": swap_id}).encode()
-        partitions = self._producer.partitions_for(old.topic) or {0}
-        for partition in sorted(partitions):
-            self._producer.send(old.topic, key=MARKER_KEY, value=payload, partition=partition)
+        for marker in markers:
+            payload = json.dumps({"kind": "marker", "ts": marker_event_time(marker.watermark)}).encode()
+            for partition in sorted(self._producer.partitions_for(marker.topic) or {0}):
+                self._producer.send(marker.topic, key=MARKER_KEY, value=payload, partition=partition)
         self._producer.flush(timeout=30)
-        log.info(
-            "end-of-window markers written",
-            swap_id=swap_id,
-            query_id=old.query_id,
-            partitions=len(partitions),
-            marker_event_time=event_time,
-        )
+        for marker in markers:
+            self._marked[marker.topic] = marker.watermark
+        log.debug("watermark markers written", markers=[(m.query_id, m.watermark) for m in markers])

@@ -1,14 +1,15 @@
 """Routing decisions, free of Spark and Redis so they can be tested on their own.
 
 A batch is routed by a plan decided once, written down before any row moves, and reused as-is
-when Spark replays the batch. Rows are classified in this order: malformed, late, owned by the
-old graph (event time before the cut W), owned by the target graph.
+when Spark replays the batch. Rows are classified in this order: malformed or too far ahead
+(dead letter), late, owned by the old graph (event time before the cut W), owned by the target
+graph.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from contract.journal import SwapPhase, SwapRecord
 from contract.models import CutRoute, GraphRecord, NodePosition, RoutingPlan, ServiceState
@@ -29,6 +30,28 @@ class PartitionBatchStats:
     max_window_end: int | None
     late: int
     dead_letter: int
+    min_offset: int | None = None
+
+
+@dataclass(frozen=True)
+class Idleness:
+    """Which partitions are set aside as idle, and for how long the whole source has been quiet.
+
+    Measured by the caller on a monotonic clock; `quiet_ms` is set only when every partition is
+    idle, and then the watermark advances with it (processing time since the last row).
+    """
+
+    idle: frozenset[str] = field(default_factory=frozenset)
+    quiet_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A watermark marker for one execution graph's topic: Spark's watermark there becomes `watermark`."""
+
+    query_id: str
+    topic: str
+    watermark: int
 
 
 def active_swap(swaps: Iterable[SwapRecord]) -> SwapRecord | None:
@@ -70,8 +93,13 @@ def plan_batch(
     current: GraphRecord | None,
     swap: SwapRecord | None,
     graphs: Mapping[str, GraphRecord],
+    *,
+    ahead_after: int | None = None,
 ) -> RoutingPlan:
-    """The plan for a batch, given a swap whose cut (if any) is already recorded."""
+    """The plan for a batch, given a swap whose cut (if any) is already recorded.
+
+    `ahead_after` is the latest event time routed as data; later ones are dead-lettered.
+    """
     late_before = state.watermark
     if swap is not None and (swap.state.is_past_cut or failed_after_cut(swap)):
         target = graphs.get(swap.to_query)
@@ -82,13 +110,62 @@ def plan_batch(
         if swap.state in ROUTES_TO_OLD or failed_after_cut(swap):
             cut = CutRoute(swap_id=swap.id, boundary=swap.cut_window_end, old_query=old.query_id, old_topic=old.topic)
         return RoutingPlan(
-            batch_id=batch_id, target_query=target.query_id, target_topic=target.topic, cut=cut, late_before=late_before
+            batch_id=batch_id,
+            target_query=target.query_id,
+            target_topic=target.topic,
+            cut=cut,
+            late_before=late_before,
+            ahead_after=ahead_after,
         )
     if current is None:
         raise NoTargetGraph("no current execution graph: start the executor with `hotswap run --query FILE`")
     return RoutingPlan(
-        batch_id=batch_id, target_query=current.query_id, target_topic=current.topic, late_before=late_before
+        batch_id=batch_id,
+        target_query=current.query_id,
+        target_topic=current.topic,
+        late_before=late_before,
+        ahead_after=ahead_after,
     )
+
+
+def time_jump_limit(watermark: int | None, batch_median: int | None, max_time_jump_ms: int) -> int | None:
+    """The latest event time accepted as data: `max_time_jump` ahead of the service watermark.
+
+    Before the first watermark exists (the first batch of a namespace) the batch's median event
+    time stands in for it, so one far-future event cannot set the first watermark and cut either.
+    """
+    reference = watermark if watermark is not None else batch_median
+    return None if reference is None else reference + max_time_jump_ms
+
+
+def graph_markers(plan: RoutingPlan, watermark: int | None) -> list[Marker]:
+    """The markers to write after a batch (or a tick) routed by `plan`, given the new watermark.
+
+    Spark drops rows with event time at or below its watermark, and the next batch routes rows
+    with event time at or above the service watermark as on time: so Spark's watermark is set
+    1 ms below it. The old graph of a cut receives nothing once the watermark reaches W, so its
+    watermark may go to W exactly, which closes its last windows.
+    """
+    if watermark is None:
+        return []
+    markers = [Marker(plan.target_query, plan.target_topic, watermark - 1)]
+    if plan.cut is not None:
+        old = watermark - 1
+        if watermark >= plan.cut.boundary:
+            old = max(old, plan.cut.boundary)
+        markers.append(Marker(plan.cut.old_query, plan.cut.old_topic, old))
+    return markers
+
+
+def expired_rows(previous_offset: int, batch_min_offset: int | None, log_start_offset: int | None) -> int:
+    """Rows of a partition that Kafka's retention deleted before the service graph read them.
+
+    A gap between the last offset read and the first offset of this batch is expired only as far
+    as it lies below the log start offset (other gaps are transaction markers or compaction).
+    """
+    if previous_offset < 0 or batch_min_offset is None or log_start_offset is None:
+        return 0
+    return max(0, min(batch_min_offset, log_start_offset) - previous_offset - 1)
 
 
 def advance_state(
@@ -98,14 +175,12 @@ def advance_state(
     *,
     now_ms: int,
     lateness_ms: int,
-    idle_timeout_ms: int,
+    idleness: Idleness,
 ) -> ServiceState:
-    """Node positions and the service watermark after a batch.
+    """Node positions and the service watermark after a batch (or a tick, with no stats).
 
-    Positions only grow, so applying a replayed batch twice changes nothing. The watermark is
-    the minimum event-time position over partitions that are not idle, minus the allowed
-    lateness; a partition with no rows for `idle_timeout_ms` stops holding it back. It never
-    moves backwards.
+    Positions only grow, so applying a replayed batch twice changes nothing. The watermark never
+    moves backwards (see `service_watermark`).
     """
     partitions: dict[str, NodePosition] = dict(state.partitions)
     for s in stats:
@@ -117,25 +192,31 @@ def advance_state(
             offset=max(old.offset, s.max_offset),
             last_data_at=now_ms if brought_rows else old.last_data_at,
         )
+    partitions = {p: n.model_copy(update={"idle": p in idleness.idle}) for p, n in partitions.items()}
     return ServiceState(
         last_batch=max(state.last_batch, batch_id),
-        watermark=service_watermark(partitions, state.watermark, now_ms, lateness_ms, idle_timeout_ms),
+        watermark=service_watermark(partitions, state.watermark, lateness_ms, idleness),
         partitions=partitions,
     )
 
 
 def service_watermark(
-    partitions: Mapping[str, NodePosition],
-    previous: int | None,
-    now_ms: int,
-    lateness_ms: int,
-    idle_timeout_ms: int,
+    partitions: Mapping[str, NodePosition], previous: int | None, lateness_ms: int, idleness: Idleness
 ) -> int | None:
-    with_data = [p for p in partitions.values() if p.event_time is not None]
-    active = [p for p in with_data if now_ms - p.last_data_at <= idle_timeout_ms]
-    if not active:
+    """The minimum event-time position over partitions that are not idle, minus the lateness.
+
+    Idle partitions are set aside. When every partition is idle, the watermark is the largest
+    position minus the lateness, advanced by the processing time since the last row, so a quiet
+    source still closes its last windows. It never moves backwards.
+    """
+    positions = {p: n.event_time for p, n in partitions.items() if n.event_time is not None}
+    active = [t for p, t in positions.items() if p not in idleness.idle]
+    if active:
+        candidate = min(active) - lateness_ms
+    elif positions and idleness.quiet_ms is not None:
+        candidate = max(positions.values()) - lateness_ms + idleness.quiet_ms
+    else:
         return previous
-    candidate = min(p.event_time for p in active if p.event_time is not None) - lateness_ms
     return candidate if previous is None else max(previous, candidate)
 
 
@@ -147,7 +228,33 @@ def _max(a: int | None, b: int | None) -> int | None:
     return max(a, b)
 
 
-def marker_event_time(boundary: int, old_watermark_delay_ms: int) -> int:
-    """Event time of the end-of-window marker: once the old query has read it, its watermark
-    (max event time minus its delay) is past W, so its last windows close."""
-    return boundary + old_watermark_delay_ms + 1
+class IdleClock:
+    """When each source partition last brought rows, on a monotonic clock.
+
+    It starts afresh with the process: after a restart every partition counts as active until it
+    has been quiet for `idle_timeout` again, so a backlog waiting in Kafka is never taken for
+    silence. With `idle_timeout` off no partition is ever idle.
+    """
+
+    def __init__(self, idle_timeout_ms: int | None, started_at: float) -> None:
+        self._timeout_s = None if idle_timeout_ms is None else idle_timeout_ms / 1000
+        self._started_at = started_at
+        self._last_rows: dict[str, float] = {}
+        self._last_any = started_at
+
+    def rows_seen(self, partitions: Iterable[str], now: float) -> None:
+        for partition in partitions:
+            self._last_rows[partition] = now
+            self._last_any = now
+
+    def quiet(self, partitions: Iterable[str], now: float) -> frozenset[str]:
+        """Partitions without rows for idle_timeout (candidates: the caller checks Kafka has none waiting)."""
+        if self._timeout_s is None:
+            return frozenset()
+        timeout = self._timeout_s
+        return frozenset(p for p in partitions if now - self._last_rows.get(p, self._started_at) >= timeout)
+
+    def idleness(self, partitions: Iterable[str], idle: frozenset[str], now: float) -> Idleness:
+        known = set(partitions)
+        every_one = bool(known) and known <= idle
+        return Idleness(idle=idle, quiet_ms=int((now - self._last_any) * 1000) if every_one else None)

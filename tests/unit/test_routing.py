@@ -4,12 +4,16 @@ from contract.journal import SwapPhase, SwapRecord
 from contract.models import GraphRecord, NodePosition, QueryKind, QuerySource, ServiceState
 from service_graph.errors import NoTargetGraph
 from service_graph.routing import (
+    IdleClock,
+    Idleness,
     PartitionBatchStats,
     active_swap,
     advance_state,
     decide_cut,
-    marker_event_time,
+    expired_rows,
+    graph_markers,
     plan_batch,
+    time_jump_limit,
 )
 
 T0 = 1_700_000_000_000
@@ -17,9 +21,7 @@ T0 = 1_700_000_000_000
 
 def graph(query_id: str, window_ms: int = 10_000) -> GraphRecord:
     source = QuerySource(name=query_id, kind=QueryKind.SQL, text="SELECT 1")
-    return GraphRecord(
-        query_id=query_id, source=source, window_ms=window_ms, watermark_delay_ms=2_000, topic=f"t.{query_id}"
-    )
+    return GraphRecord(query_id=query_id, source=source, window_ms=window_ms, topic=f"t.{query_id}")
 
 
 def swap(state: SwapPhase, cut: int | None = None) -> SwapRecord:
@@ -97,9 +99,12 @@ def stats(partition: int, ts: int | None, offset: int = 5) -> PartitionBatchStat
     return PartitionBatchStats(partition, offset, ts, end, late=0, dead_letter=0)
 
 
+ACTIVE = Idleness()
+
+
 def test_watermark_is_the_slowest_active_partition_minus_lateness() -> None:
     state = advance_state(
-        ServiceState(), 0, [stats(0, T0 + 9_000), stats(1, T0 + 4_000)], now_ms=1, lateness_ms=2_000, idle_timeout_ms=10
+        ServiceState(), 0, [stats(0, T0 + 9_000), stats(1, T0 + 4_000)], now_ms=1, lateness_ms=2_000, idleness=ACTIVE
     )
     assert state.watermark == T0 + 2_000
     assert state.partitions["0"].window_end == T0 + 10_000
@@ -107,15 +112,43 @@ def test_watermark_is_the_slowest_active_partition_minus_lateness() -> None:
 
 def test_an_idle_partition_stops_holding_the_watermark_back() -> None:
     first = advance_state(
-        ServiceState(), 0, [stats(0, T0 + 1_000), stats(1, T0 + 1_000)], now_ms=0, lateness_ms=0, idle_timeout_ms=100
+        ServiceState(), 0, [stats(0, T0 + 1_000), stats(1, T0 + 1_000)], now_ms=0, lateness_ms=0, idleness=ACTIVE
     )
-    later = advance_state(first, 1, [stats(0, T0 + 50_000)], now_ms=1_000, lateness_ms=0, idle_timeout_ms=100)
+    later = advance_state(
+        first, 1, [stats(0, T0 + 50_000)], now_ms=1_000, lateness_ms=0, idleness=Idleness(idle=frozenset({"1"}))
+    )
     assert later.watermark == T0 + 50_000
+    assert later.partitions["1"].idle
+    assert later.idle_partitions == ["1"]
+
+
+def test_when_every_partition_is_idle_the_watermark_follows_processing_time() -> None:
+    first = advance_state(
+        ServiceState(), 0, [stats(0, T0 + 9_000), stats(1, T0 + 4_000)], now_ms=0, lateness_ms=2_000, idleness=ACTIVE
+    )
+    quiet = Idleness(idle=frozenset({"0", "1"}), quiet_ms=30_000)
+    later = advance_state(first, 0, [], now_ms=30_000, lateness_ms=2_000, idleness=quiet)
+    # From the furthest partition, minus the lateness, plus the 30 s of quiet.
+    assert later.watermark == T0 + 9_000 - 2_000 + 30_000
+    # All idle but no quiet time measured (idle_timeout off): it stays where it was.
+    held = advance_state(first, 0, [], now_ms=30_000, lateness_ms=2_000, idleness=Idleness(idle=frozenset({"0", "1"})))
+    assert held.watermark == first.watermark
+
+
+def test_the_idle_clock_starts_afresh_and_can_be_off() -> None:
+    clock = IdleClock(idle_timeout_ms=10_000, started_at=100.0)
+    assert clock.quiet(["0", "1"], now=105.0) == frozenset()
+    clock.rows_seen(["0"], now=108.0)
+    assert clock.quiet(["0", "1"], now=111.0) == frozenset({"1"})
+    assert clock.idleness(["0", "1"], frozenset({"1"}), now=111.0).quiet_ms is None
+    everyone = clock.idleness(["0", "1"], frozenset({"0", "1"}), now=120.0)
+    assert everyone.quiet_ms == 12_000  # since the last row, at 108 s
+    assert IdleClock(idle_timeout_ms=None, started_at=0.0).quiet(["0"], now=1e9) == frozenset()
 
 
 def test_positions_and_watermark_never_move_backwards_on_replay() -> None:
-    first = advance_state(ServiceState(), 4, [stats(0, T0 + 9_000, 40)], now_ms=0, lateness_ms=0, idle_timeout_ms=100)
-    replay = advance_state(first, 4, [stats(0, T0 + 1_000, 20)], now_ms=5, lateness_ms=0, idle_timeout_ms=100)
+    first = advance_state(ServiceState(), 4, [stats(0, T0 + 9_000, 40)], now_ms=0, lateness_ms=0, idleness=ACTIVE)
+    replay = advance_state(first, 4, [stats(0, T0 + 1_000, 20)], now_ms=5, lateness_ms=0, idleness=ACTIVE)
     assert replay.partitions["0"].event_time == T0 + 9_000
     assert replay.partitions["0"].offset == 40
     assert replay.watermark == first.watermark
@@ -123,13 +156,34 @@ def test_positions_and_watermark_never_move_backwards_on_replay() -> None:
 
 
 def test_a_batch_of_only_late_or_bad_rows_does_not_refresh_activity() -> None:
-    first = advance_state(ServiceState(), 0, [stats(0, T0)], now_ms=0, lateness_ms=0, idle_timeout_ms=100)
-    second = advance_state(first, 1, [stats(0, None, 9)], now_ms=500, lateness_ms=0, idle_timeout_ms=100)
+    first = advance_state(ServiceState(), 0, [stats(0, T0)], now_ms=0, lateness_ms=0, idleness=ACTIVE)
+    second = advance_state(first, 1, [stats(0, None, 9)], now_ms=500, lateness_ms=0, idleness=ACTIVE)
     assert second.partitions["0"].last_data_at == 0
     assert second.partitions["0"].offset == 9
 
 
-def test_marker_pushes_the_old_watermark_past_the_cut() -> None:
-    w = T0 + 60_000
-    delay = 2_000
-    assert marker_event_time(w, delay) - delay > w
+def test_events_far_ahead_of_the_watermark_are_refused_even_in_the_first_batch() -> None:
+    hour = 3_600_000
+    assert time_jump_limit(T0, None, hour) == T0 + hour
+    # No watermark yet: the batch's median event time stands in for it.
+    assert time_jump_limit(None, T0 + 5, hour) == T0 + 5 + hour
+    assert time_jump_limit(None, None, hour) is None
+
+
+def test_markers_hold_each_graph_one_ms_below_the_service_watermark_until_the_cut_drains() -> None:
+    cut = T0 + 60_000
+    plan = plan_batch(5, state_with(T0), GRAPHS["old"], swap(SwapPhase.CUT, cut), GRAPHS)
+    before = {m.query_id: m.watermark for m in graph_markers(plan, cut - 5_000)}
+    assert before == {"new": cut - 5_001, "old": cut - 5_001}
+    # Once the watermark reaches W nothing more goes to the old graph: W itself closes its last windows.
+    at_cut = {m.query_id: m.watermark for m in graph_markers(plan, cut)}
+    assert at_cut == {"new": cut - 1, "old": cut}
+    assert graph_markers(plan, None) == []
+
+
+def test_only_rows_below_the_log_start_count_as_expired() -> None:
+    assert expired_rows(previous_offset=99, batch_min_offset=100, log_start_offset=0) == 0
+    assert expired_rows(previous_offset=99, batch_min_offset=150, log_start_offset=150) == 50
+    # A gap above the log start (a transaction marker, compaction) is not retention.
+    assert expired_rows(previous_offset=99, batch_min_offset=102, log_start_offset=0) == 0
+    assert expired_rows(previous_offset=-1, batch_min_offset=500, log_start_offset=500) == 0
