@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +14,12 @@ from redis.retry import Retry
 from contract.errors import ConfigError, TimeoutExpired
 from contract.journal import Journal, SwapPhase, SwapRecord
 from contract.keys import Keys
-from contract.models import ExecutorRecord, GraphProgress, ServiceState
+from contract.models import ExecutorRecord
 from contract.records import read_counters, read_current, read_graphs, read_service_state
 from contract.settings import Settings
 from execution_graph.user_query import load_query_source
 from executor.errors import ExecutorError, SubmitRejected, SwapFailed
+from executor.waits import start_blocker, waiting_for
 from service_sink.progress import read_progress
 
 ABORTABLE = (SwapPhase.SUBMITTED, SwapPhase.VALIDATED, SwapPhase.DEPLOYED)
@@ -115,6 +115,7 @@ class Client:
         executor = ExecutorRecord.model_validate_json(raw_executor) if raw_executor else None
         swaps = self.journal.all()
         progress = {query_id: read_progress(self._redis, self._keys, query_id) for query_id in graphs}
+        blocker = start_blocker(current, graphs, swaps)
         return {
             "namespace": self.settings.namespace,
             "executor": {
@@ -123,7 +124,7 @@ class Client:
                 "since": executor.at if executor else None,
             },
             "current": current.model_dump() if current else None,
-            "swaps": [_swap_view(s, waiting_for(s, swaps, service, progress)) for s in swaps],
+            "swaps": [_swap_view(s, waiting_for(s, swaps, service, progress, blocker)) for s in swaps],
             "service": {
                 "watermark": service.watermark,
                 "last_batch": service.last_batch,
@@ -148,37 +149,6 @@ class Client:
             "dead_letter_records": counters.get("dead_letter_records", 0),
             "expired_records": counters.get("expired_records", 0),
         }
-
-
-def waiting_for(
-    swap: SwapRecord, swaps: list[SwapRecord], service: ServiceState, progress: dict[str, GraphProgress | None]
-) -> str | None:
-    """What an unfinished swap waits for, in one line; None once it has ended."""
-    state = swap.state
-    if state.is_terminal:
-        return None
-    if state is SwapPhase.SUBMITTED:
-        return "validation by the executor"
-    if state is SwapPhase.VALIDATED:
-        ahead = [s.id for s in swaps[: swaps.index(swap)] if not s.state.is_terminal] if swap in swaps else []
-        return f"swap {ahead[0]} ahead of it to finish" if ahead else "its new graph to start"
-    if state is SwapPhase.DEPLOYED:
-        return "the cut at the service graph's next batch or tick"
-    w = swap.cut_window_end
-    if state is SwapPhase.CUT:
-        idle = service.idle_partitions
-        return f"drain: service watermark {_clock(service.watermark)} < W {_clock(w)}" + (
-            f"; partitions {', '.join(idle)} idle" if idle else ""
-        )
-    if state is SwapPhase.DRAINING:
-        old = progress.get(swap.from_query or "")
-        reached = old.committed_watermark if old else None
-        return f"{swap.from_query} to emit its windows through W {_clock(w)} (its watermark {_clock(reached)})"
-    return f"{swap.from_query} to be retired"
-
-
-def _clock(ms: int | None) -> str:
-    return "-" if ms is None else datetime.fromtimestamp(ms / 1000, UTC).strftime("%H:%M:%S.%f")[:-3]
 
 
 def _swap_view(swap: SwapRecord, waiting: str | None) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from execution_graph.errors import QueryRejected
 from execution_graph.user_query import first_line
 from execution_graph.validation import check_cuttable
 from executor.graphs import Graphs
+from executor.waits import start_blocker
 from service_sink.progress import ProgressReporter, read_progress
 
 log = structlog.get_logger(__name__)
@@ -167,21 +168,7 @@ class SwapProtocol:
         return swap
 
     def _blocked_by(self) -> str | None:
-        """Why no swap may start now, or None: the serving query must be running, and an old graph
-        of a swap that failed after its cut must have drained first."""
-        current = self._graphs.current()
-        record = self._graphs.get(current.query_id) if current else None
-        if record is not None and record.state is not GraphState.RUNNING:
-            return (
-                f"query {record.query_id} serves the windows after the last cut but is {record.state}; "
-                "fix its cause and restart `hotswap run`"
-            )
-        for swap in self._journal.all():
-            if swap.state is SwapPhase.FAILED and swap.cut_window_end is not None and swap.from_query:
-                old = self._graphs.get(swap.from_query)
-                if old is not None and old.state is GraphState.RUNNING:
-                    return f"query {old.query_id} is still emitting its windows through the cut of swap {swap.id}"
-        return None
+        return start_blocker(self._graphs.current(), self._graphs.records(), self._journal.all())
 
     def _deploy(self, swap: SwapRecord, bound: structlog.typing.FilteringBoundLogger) -> None:
         record = self._graphs.get(swap.to_query)
