@@ -74,6 +74,16 @@ def common_boundary_ms(old_size_ms: int, new_size_ms: int) -> int:
     return math.lcm(old_size_ms, new_size_ms)
 
 
+def reached_cut(watermark_ms: int | None, cut_ms: int) -> bool:
+    """Whether a watermark has passed the cut W, so every window up to W is closed.
+
+    A cut at 0 has no window before it (event times start at 0, so every window ends after 0):
+    it is reached at once, even before any watermark exists, and a swap on a source that never
+    carried an event still completes.
+    """
+    return cut_ms <= 0 or (watermark_ms is not None and watermark_ms >= cut_ms)
+
+
 def cut_boundary(max_window_end_ms: int, old_size_ms: int, new_size_ms: int) -> int:
     """The cut W: the first boundary at or after the largest routed window end that is a window
     boundary for both the old and the new query."""

@@ -24,6 +24,7 @@ from contract.journal import Journal, SwapPhase, SwapRecord
 from contract.keys import Keys
 from contract.models import GraphRecord, GraphState
 from contract.settings import Settings
+from contract.windows import reached_cut
 from execution_graph.errors import QueryRejected
 from execution_graph.user_query import first_line
 from execution_graph.validation import check_cuttable
@@ -202,8 +203,7 @@ class SwapProtocol:
         if swap.state is not SwapPhase.DRAINING or swap.from_query is None or swap.cut_window_end is None:
             return
         progress = read_progress(self._redis, self._keys, swap.from_query)
-        watermark = progress.committed_watermark if progress else None
-        if watermark is not None and watermark >= swap.cut_window_end:
+        if reached_cut(progress.committed_watermark if progress else None, swap.cut_window_end):
             self._journal.advance(swap.id, SwapPhase.DRAINED)
             crash_point("after:drained")
             bound.info("old graph drained", from_query=swap.from_query, cut_window_end=swap.cut_window_end)
@@ -229,11 +229,7 @@ class SwapProtocol:
         if old is None or old.state is not GraphState.RUNNING:
             return
         progress = read_progress(self._redis, self._keys, swap.from_query)
-        if (
-            progress
-            and progress.committed_watermark is not None
-            and progress.committed_watermark >= swap.cut_window_end
-        ):
+        if reached_cut(progress.committed_watermark if progress else None, swap.cut_window_end):
             self._graphs.retire(swap.from_query)
             self._reporter.forget(swap.from_query)
 

@@ -33,7 +33,7 @@ from contract.lifecycle import RestartBudget, stop_between_batches
 from contract.models import GraphRecord, RoutingPlan, ServiceState, now_ms
 from contract.records import read_current, read_graphs, read_service_state
 from contract.settings import Settings
-from contract.windows import MAX_EVENT_TIME_MS, format_duration_ms, marker_event_time
+from contract.windows import MAX_EVENT_TIME_MS, format_duration_ms, marker_event_time, reached_cut
 from service_graph.errors import NoTargetGraph, ServiceGraphError
 from service_graph.routing import (
     IdleClock,
@@ -449,7 +449,7 @@ class ServiceGraph:
     def _after_routing(self, plan: RoutingPlan, state: ServiceState) -> None:
         """Bring every receiving graph's watermark to the service watermark. Once it has passed W,
         the old graph's marker drains it: `draining` is recorded first, `markers_written` after."""
-        draining = plan.cut is not None and state.watermark is not None and state.watermark >= plan.cut.boundary
+        draining = plan.cut is not None and reached_cut(state.watermark, plan.cut.boundary)
         swap = self._record_draining(plan) if draining else None
         markers = graph_markers(plan, state.watermark)
         self._write_markers([m for m in markers if self._marked.get(m.topic) != m.watermark])

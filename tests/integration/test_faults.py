@@ -11,9 +11,10 @@ import pytest
 import redis
 from pyspark.sql import SparkSession
 
-from contract.journal import SwapPhase
+from contract.journal import SwapPhase, SwapRecord
 from contract.keys import Keys
 from contract.settings import Settings
+from execution_graph.user_query import load_query_source
 from executor.client import Client
 from executor.errors import SubmitRejected
 from executor.generator import GeneratorSpec
@@ -279,16 +280,47 @@ def test_a_query_failing_after_the_cut_is_restarted_from_its_checkpoint(
     assert_invariants(read_results(settings), events, versions, [cut], closed_until, allow_redelivery=True)
 
 
-def test_abort_works_until_the_cut(settings: Settings, spark: SparkSession, client: Client) -> None:
+def slow_to_deploy(tmp_path: Path, sleep_s: float) -> Path:
+    """A Python query whose definition takes `sleep_s` to build, as a query with a slow start would."""
+    path = tmp_path / "slow_to_deploy.py"
+    path.write_text(
+        f"""
+import time
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+
+def query(events: DataFrame) -> DataFrame:
+    time.sleep({sleep_s})
+    return (
+        events.groupBy(F.window("event_time", "10 seconds"), "key")
+        .agg(F.count("*").alias("n"), F.sum("value").alias("total"))
+        .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "key", "n",
+                "total")
+    )
+"""
+    )
+    return path
+
+
+def test_abort_works_until_the_cut(settings: Settings, spark: SparkSession, client: Client, tmp_path: Path) -> None:
     with executor_running(settings, spark, COUNT_10S):
-        # No events flow, so the deployed swap waits for its cut and can still be aborted.
-        record = client.submit(MAX_30S)
-        client.wait_for(record.id, lambda r: r.state is SwapPhase.DEPLOYED, 120, "deployed")
-        aborted = client.abort(record.id)
-        wait_until(lambda: client.status()["graphs"]["max_per_key_30s"]["state"] == "failed", 60, "clean-up")
+        # `submit` returns once the swap is validated; its deploy then takes 10 s.
+        deploying = client.submit(slow_to_deploy(tmp_path, 10))
+        # Queued behind the deploy, the executor has not even validated this one yet.
+        queued = client.journal.create(SwapRecord(id="queued", to_query="max", source=load_query_source(MAX_30S)))
+        aborted = [client.abort(deploying.id), client.abort(queued.id)]
+        wait_until(lambda: client.status()["graphs"][deploying.to_query]["state"] == "failed", 120, "clean-up")
+        assert client.status()["current"]["query_id"] == "count_per_key"
+        # The namespace never saw an event: the next swap's cut has no window before it, so it completes.
+        done = client.wait_until_done(client.submit(MAX_30S).id, 120)
         status = client.status()
-    assert aborted.state is SwapPhase.ABORTED
-    assert status["current"]["query_id"] == "count_per_key"
+    assert [a.state for a in aborted] == [SwapPhase.ABORTED, SwapPhase.ABORTED]
+    assert [client.journal.get(s.id).state for s in (deploying, queued)] == [SwapPhase.ABORTED, SwapPhase.ABORTED]
+    assert done.state is SwapPhase.COMPLETED
+    assert done.cut_window_end == 0
+    assert status["current"]["query_id"] == done.to_query
 
 
 # -- infrastructure ----------------------------------------------------------------------------------

@@ -185,3 +185,17 @@ def test_permanent_kafka_errors_are_not_retried() -> None:
 
     with pytest.raises(TopicAuthorizationFailedError):
         retry_transient(refused, "creating topic t", 60, sleep=lambda _: pytest.fail("must not retry"))
+
+
+def test_a_swap_cut_before_any_event_completes_without_waiting_for_output(world: Any) -> None:
+    protocol, journal, graphs = world
+    swap = submit(journal, "b")
+    protocol.step()
+    # The source never carried an event: the cut is at 0 and no window lies before it.
+    journal.advance(swap, SwapPhase.CUT, cut_window_end=0, cut_batch=0)
+    journal.advance(swap, SwapPhase.DRAINING)
+    for _ in range(3):
+        protocol.step()
+    assert journal.get(swap).state is SwapPhase.COMPLETED
+    assert graphs.current_id == "b"
+    assert graphs.get("a").state is GraphState.RETIRED

@@ -6,6 +6,7 @@ from contract.windows import (
     cut_boundary,
     format_duration_ms,
     parse_duration_ms,
+    reached_cut,
     window_end,
     window_start,
 )
@@ -47,3 +48,10 @@ def test_cut_rounds_up_to_a_boundary_shared_by_both_sizes() -> None:
 
 def test_cut_of_equal_sizes_is_the_current_window_end() -> None:
     assert cut_boundary(1_700_000_050_000, 10_000, 10_000) == 1_700_000_050_000
+
+
+def test_a_cut_is_reached_by_a_watermark_at_it_and_a_cut_at_zero_at_once() -> None:
+    assert reached_cut(30_000, 30_000)
+    assert not reached_cut(29_999, 30_000)
+    assert not reached_cut(None, 30_000)
+    assert reached_cut(None, 0)
