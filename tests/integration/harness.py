@@ -94,6 +94,31 @@ def committed_watermark(client: Client, query_id: str) -> int:
     return int(progress["committed_watermark"] or 0) if progress else 0
 
 
+# -- queries made for tests ------------------------------------------------------------------------
+def slow_to_deploy(tmp_path: Path, sleep_s: float) -> Path:
+    """A Python query whose definition takes `sleep_s` to build, as a query with a slow start would."""
+    path = tmp_path / "slow_to_deploy.py"
+    path.write_text(
+        f"""
+import time
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+
+def query(events: DataFrame) -> DataFrame:
+    time.sleep({sleep_s})
+    return (
+        events.groupBy(F.window("event_time", "10 seconds"), "key")
+        .agg(F.count("*").alias("n"), F.sum("value").alias("total"))
+        .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "key", "n",
+                "total")
+    )
+"""
+    )
+    return path
+
+
 # -- reading topics back ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Record:

@@ -36,6 +36,7 @@ from tests.integration.harness import (
     peak_and_low,
     read_topic,
     run_cli,
+    slow_to_deploy,
     source_events,
 )
 
@@ -278,30 +279,6 @@ def test_a_query_failing_after_the_cut_is_restarted_from_its_checkpoint(
     events = [e for e in source_events(settings) if (e.partition, e.offset) not in late]
     versions = [VERSIONS[0], Version("flaky", 10_000, count_and_total)]
     assert_invariants(read_results(settings), events, versions, [cut], closed_until, allow_redelivery=True)
-
-
-def slow_to_deploy(tmp_path: Path, sleep_s: float) -> Path:
-    """A Python query whose definition takes `sleep_s` to build, as a query with a slow start would."""
-    path = tmp_path / "slow_to_deploy.py"
-    path.write_text(
-        f"""
-import time
-
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-
-
-def query(events: DataFrame) -> DataFrame:
-    time.sleep({sleep_s})
-    return (
-        events.groupBy(F.window("event_time", "10 seconds"), "key")
-        .agg(F.count("*").alias("n"), F.sum("value").alias("total"))
-        .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "key", "n",
-                "total")
-    )
-"""
-    )
-    return path
 
 
 def test_abort_works_until_the_cut(settings: Settings, spark: SparkSession, client: Client, tmp_path: Path) -> None:
