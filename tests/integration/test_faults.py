@@ -192,7 +192,7 @@ def test_submit_of_a_missing_file_is_one_line_and_exits_1(settings: Settings, tm
 
 # -- failing queries ---------------------------------------------------------------------------------
 def failing_query(tmp_path: Path, *, fail_at_start: bool = False, failures: int = 0) -> Path:
-    """A Python query that fails when deployed (validation calls it twice first), or fails on its
+    """A Python query that fails when deployed (validation calls it once first), or fails on its
     first live batches `failures` times and then works."""
     state = tmp_path / "failures"
     calls = tmp_path / "calls"
@@ -209,7 +209,7 @@ CALLS = {str(calls)!r}
 
 
 def _flaky(ts):
-    # Only live events (not validation's samples from 2023) trip it, {failures} times in all.
+    # Only live events (from 2027 on) trip it, {failures} times in all.
     if ts > 1_790_000_000_000:
         seen = len(open(STATE).read()) if os.path.exists(STATE) else 0
         if seen < {failures}:
@@ -223,7 +223,7 @@ def query(events: DataFrame) -> DataFrame:
     earlier = len(open(CALLS).read()) if os.path.exists(CALLS) else 0
     with open(CALLS, "a") as f:
         f.write("c")
-    if {fail_at_start!r} and earlier >= 2:
+    if {fail_at_start!r} and earlier >= 1:
         raise RuntimeError("cannot reach the feature store")
     flaky = F.udf(_flaky, "long")
     return (

@@ -100,7 +100,7 @@ DONE = {str(done)!r}
 
 
 def _stall_once(ts):
-    # Validation runs on sample events from 2023; only live events (2027 on) stall.
+    # Only this test's events (from 2027 on) stall.
     if ts > 1_790_000_000_000 and not os.path.exists(DONE):
         time.sleep({sleep_s})
         open(DONE, "w").close()

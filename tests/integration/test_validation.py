@@ -1,0 +1,374 @@
+"""Issue 8: validation reads the window and the group columns from the query's plan.
+
+No event passes through a query here: each one is analysed over the streaming `events` an
+execution graph would read (a Kafka source that is never started), as the executor does.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from kafka import KafkaProducer
+from pyspark.sql import DataFrame, SparkSession
+
+from contract.models import QueryKind, QuerySource
+from contract.settings import Settings
+from contract.windows import marker_event_time
+from execution_graph.errors import QueryRejected
+from execution_graph.graph import events_stream
+from execution_graph.user_query import apply_query, load_query_source
+from execution_graph.validation import QueryShape, validate_query
+from executor.topics import Topics
+from tests.integration.conftest import JARS, Services
+from tests.integration.harness import QUERIES, REPO
+
+pytestmark = [pytest.mark.integration]
+
+BAD = QUERIES / "bad"
+RUNNING_WINDOW_MS = 10_000  # every query is checked as the replacement of examples/count_per_key.sql
+T0 = 1_700_000_000_000
+WINDOW = "SELECT window.start AS window_start, window.end AS window_end"
+
+
+@pytest.fixture(scope="module")
+def events(spark: SparkSession, services: Services) -> DataFrame:
+    settings = Settings(jars_dir=JARS, kafka_bootstrap=services.bootstrap)
+    return events_stream(spark, settings, settings.graph_topic("validation"))
+
+
+def validate(spark: SparkSession, events: DataFrame, source: QuerySource) -> QueryShape:
+    return validate_query(spark, source, events, RUNNING_WINDOW_MS)
+
+
+def sql(text: str) -> QuerySource:
+    return QuerySource(name="candidate", kind=QueryKind.SQL, text=text)
+
+
+FILTERED_PYTHON = """
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+
+def query(events: DataFrame) -> DataFrame:
+    return (
+        events.where(F.col("value") >= 50)
+        .groupBy(F.window("event_time", "30 seconds"), "key")
+        .agg(F.avg("value").alias("mean"), F.count("*").alias("n"))
+        .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "key", "mean",
+                "n")
+    )
+"""
+
+# (query, window ms, group columns): none of these needs a single event to match its filter.
+VALID = [
+    pytest.param(
+        sql(
+            f"{WINDOW}, key, count(*) AS n FROM events WHERE key = 'k7' GROUP BY window(event_time, '10 seconds'), key"
+        ),
+        10_000,
+        ("key",),
+        id="key-filter",
+    ),
+    pytest.param(
+        sql(
+            f"{WINDOW}, key, max(value) AS peak FROM events WHERE value > 90 "
+            "GROUP BY window(event_time, '10 seconds'), key"
+        ),
+        10_000,
+        ("key",),
+        id="value-filter",
+    ),
+    pytest.param(
+        sql(
+            f"WITH hot AS (SELECT * FROM events WHERE value >= 50) "
+            f"{WINDOW}, key, count(*) AS n FROM hot GROUP BY window(event_time, '10 seconds'), key"
+        ),
+        10_000,
+        ("key",),
+        id="cte",
+    ),
+    pytest.param(
+        sql(f"{WINDOW}, key, count(*) AS n FROM events GROUP BY window(event_time, '10 seconds'), key HAVING n > 100"),
+        10_000,
+        ("key",),
+        id="having",
+    ),
+    pytest.param(
+        sql(
+            f"{WINDOW}, ts DIV 1000 % 4 AS bucket, count(*) AS n FROM events "
+            "GROUP BY window(event_time, '10 seconds'), ts DIV 1000 % 4"
+        ),
+        10_000,
+        ("bucket",),
+        id="bigint-group",
+    ),
+    pytest.param(
+        sql(
+            f"{WINDOW}, round(value, -1) AS level, count(*) AS n FROM events "
+            "GROUP BY window(event_time, '20 seconds'), round(value, -1)"
+        ),
+        20_000,
+        ("level",),
+        id="double-group",
+    ),
+    pytest.param(
+        sql(
+            f"{WINDOW}, date_trunc('MINUTE', event_time) AS minute, key, sum(value) AS total FROM events "
+            "GROUP BY window(event_time, '1 hour'), date_trunc('MINUTE', event_time), key"
+        ),
+        3_600_000,
+        ("minute", "key"),
+        id="timestamp-group",
+    ),
+    pytest.param(
+        sql(f"{WINDOW}, value > 50 AS high, count(*) AS n FROM events GROUP BY window(event_time, '10 seconds'), 3"),
+        10_000,
+        ("high",),
+        id="boolean-group",
+    ),
+    pytest.param(
+        sql(f"{WINDOW}, key, count(*) AS n FROM events GROUP BY window(event_time, '1 minute'), key"),
+        60_000,
+        ("key",),
+        id="one-minute",
+    ),
+    pytest.param(
+        sql(f"{WINDOW}, key, avg(value) AS mean FROM events GROUP BY window(event_time, '1 hour'), key"),
+        3_600_000,
+        ("key",),
+        id="one-hour",
+    ),
+    pytest.param(
+        sql(f"{WINDOW}, count(*) AS n, sum(value) AS total FROM events GROUP BY window(event_time, '5 seconds')"),
+        5_000,
+        (),
+        id="no-group",
+    ),
+    pytest.param(
+        QuerySource(name="filtered", kind=QueryKind.PYTHON, text=FILTERED_PYTHON),
+        30_000,
+        ("key",),
+        id="python-filter",
+    ),
+    pytest.param(
+        sql(
+            "SELECT ws AS window_start, we AS window_end, upper(k) AS k, n * 2 AS twice, 'v1' AS version FROM "
+            "(SELECT window.start AS ws, window.end AS we, key AS k, count(*) AS n FROM events "
+            "WHERE key IN ('k1', 'k2') GROUP BY window(event_time, '10 seconds'), key)"
+        ),
+        10_000,
+        ("k",),
+        id="subquery-renames",
+    ),
+    pytest.param(
+        sql(
+            f"{WINDOW}, to_date(event_time) AS day, key IS NULL AS keyless, window.end AS closes, count(*) AS n "
+            "FROM events GROUP BY window(event_time, '10 seconds'), to_date(event_time), key IS NULL"
+        ),
+        10_000,
+        ("day", "keyless"),
+        id="date-group-and-window-derived-column",
+    ),
+    pytest.param(
+        sql(
+            f"{WINDOW}, key, count(*) AS n FROM events "
+            "GROUP BY GROUPING SETS ((window(event_time, '10 seconds'), key), (window(event_time, '10 seconds')))"
+        ),
+        10_000,
+        ("key",),
+        id="grouping-sets",
+    ),
+    pytest.param(
+        sql(
+            "SELECT window(event_time, '10 seconds').start AS window_start, window(event_time, '10 seconds').end "
+            "AS window_end, key, value FROM events WHERE value < 1"
+        ),
+        10_000,
+        ("key", "value"),
+        id="not-aggregated",
+    ),
+]
+
+
+@pytest.mark.parametrize(("source", "window_ms", "groups"), VALID)
+def test_a_valid_query_is_accepted_with_its_window_and_group_columns(
+    spark: SparkSession, events: DataFrame, source: QuerySource, window_ms: int, groups: tuple[str, ...]
+) -> None:
+    shape = validate(spark, events, source)
+    assert shape.window_ms == window_ms
+    assert shape.group_columns == groups
+    assert shape.columns[:2] == ("window_start", "window_end")
+
+
+def test_every_valid_query_runs_on_a_stream(spark: SparkSession, services: Services, tmp_path: Path) -> None:
+    """Accepted is not enough: each query runs as an execution graph would, over routed rows and
+    a watermark marker that closes every window, and fails none of its batches."""
+    settings = Settings(home=tmp_path, jars_dir=JARS, kafka_bootstrap=services.bootstrap)
+    topic = f"validation-run-{uuid.uuid4().hex[:8]}"
+    topics = Topics(settings)
+    topics.ensure(topic, 1)
+    topics.close()
+    producer = KafkaProducer(**settings.kafka_python_config(), acks="all")
+    for offset in range(120):  # two minutes of event time, keys k0..k9 and values 0..99
+        row = {"kind": "data", "key": f"k{offset % 10}", "value": float(offset * 7 % 100), "ts": T0 + offset * 1000}
+        producer.send(topic, value=json.dumps({**row, "partition": 0, "offset": offset}).encode())
+    marker = {"kind": "marker", "ts": marker_event_time(T0 + 3 * 3_600_000)}
+    producer.send(topic, value=json.dumps(marker).encode())
+    producer.flush(timeout=30)
+    producer.close(timeout=10)
+    stream = events_stream(spark, settings, topic)
+    queries = [
+        apply_query(spark, stream, param.values[0])  # type: ignore[arg-type]  # pytest.param values are untyped
+        .writeStream.format("noop")
+        .trigger(availableNow=True)
+        .option("checkpointLocation", str(tmp_path / f"checkpoint-{i}"))
+        .start()
+        for i, param in enumerate(VALID)
+    ]
+    failed = []
+    for param, running in zip(VALID, queries, strict=True):
+        running.awaitTermination(300)
+        if running.isActive:
+            running.stop()
+            failed.append(f"{param.id}: still running after 300 s")
+        elif running.exception() is not None:
+            failed.append(f"{param.id}: {running.exception()}")
+    assert not failed, failed
+    assert len(queries) >= 12
+
+
+def test_the_example_queries_group_by_key(spark: SparkSession, events: DataFrame) -> None:
+    examples = REPO / "examples"
+    for name, window_ms in (
+        ("count_per_key.sql", 10_000),
+        ("max_per_key_30s.sql", 30_000),
+        ("average_per_key.py", 10_000),
+    ):
+        shape = validate(spark, events, load_query_source(examples / name))
+        assert (shape.window_ms, shape.group_columns) == (window_ms, ("key",)), name
+
+
+# (file in tests/integration/queries/bad, or query text) -> the one-line reason, or the part of it
+# that Spark words.
+BAD_FILES = {
+    "syntax_error.sql": "query 'syntax_error' does not analyse: ",
+    "unknown_column.sql": "colour",
+    "no_window_columns.sql": (
+        "query 'no_window_columns' output has no window_start column; "
+        "select window.start AS window_start, window.end AS window_end"
+    ),
+    "not_windowed.sql": (
+        "query 'not_windowed' aggregates without an event-time window (group by window(event_time, ...)); "
+        "append mode cannot emit it"
+    ),
+    "misaligned_window.sql": (
+        "window sizes 10s and 999ms share a boundary only every 9990s; "
+        "choose a size that divides or is a multiple of the running one"
+    ),
+    "sliding_window.sql": "query 'sliding_window' uses overlapping (sliding) windows; only tumbling windows can be cut",
+    "no_query_function.py": "query 'no_query_function' defines no function query(events) -> DataFrame",
+    "query_raises.py": "query 'query_raises' raised: ValueError: model weights not found",
+    "python_syntax_error.py": "query 'python_syntax_error' has a syntax error: ",
+}
+
+BAD_TEXTS = [
+    pytest.param(
+        f"{WINDOW}, key, count(*) AS n FROM events "
+        "GROUP BY window(event_time, '10 seconds', '10 seconds', '3 seconds'), key",
+        "query 'candidate' windows are offset from the epoch; drop the window() startTime argument",
+        id="offset",
+    ),
+    pytest.param(
+        f"{WINDOW}, key, count(*) AS n FROM events GROUP BY window(event_time, '10 seconds'), key UNION ALL "
+        f"{WINDOW}, key, count(*) AS n FROM events GROUP BY window(event_time, '20 seconds'), key",
+        "query 'candidate' produces windows of several sizes; only tumbling windows can be cut",
+        id="several-sizes",
+    ),
+    pytest.param(
+        "SELECT session_window.start AS window_start, session_window.end AS window_end, key, count(*) AS n "
+        "FROM events GROUP BY session_window(event_time, '10 seconds'), key",
+        "query 'candidate' uses session windows, whose sizes vary; only tumbling windows can be cut",
+        id="session",
+    ),
+    pytest.param(
+        "SELECT event_time AS window_start, event_time AS window_end, key FROM events",
+        "query 'candidate' has no window(event_time, ...) in its plan; is it windowed?",
+        id="no-window",
+    ),
+    pytest.param(
+        "SELECT unix_millis(window.start) AS window_start, unix_millis(window.end) AS window_end, key, count(*) AS n "
+        "FROM events GROUP BY window(event_time, '10 seconds'), key",
+        "query 'candidate' column window_start must be a timestamp, not LongType()",
+        id="window-not-a-timestamp",
+    ),
+    pytest.param(
+        "SELECT min(event_time) AS window_start, window.end AS window_end, key FROM events "
+        "GROUP BY window(event_time, '10 seconds'), key",
+        "query 'candidate' column window_start does not come from the window; "
+        "select window.start AS window_start, window.end AS window_end",
+        id="window-start-aggregated",
+    ),
+    pytest.param(
+        f"{WINDOW}, key, count(*) AS n FROM events GROUP BY window(event_time, '1500 microseconds'), key",
+        "query 'candidate' window size must be a whole number of milliseconds, not 1500 microseconds",
+        id="sub-millisecond",
+    ),
+    pytest.param(
+        "SELECT window(a.event_time, '10 seconds').start AS window_start, "
+        "window(a.event_time, '10 seconds').end AS window_end, a.key FROM events a FULL OUTER JOIN events b "
+        "ON a.key = b.key",
+        "query 'candidate' cannot run as a stream: Stream-stream FullOuter join",
+        id="not-appendable",
+    ),
+    pytest.param(
+        f"{WINDOW}, key, count(*) AS n FROM events GROUP BY window(event_time, '1001 milliseconds'), key",
+        "window sizes 10s and 1001ms share a boundary only every 10010s; "
+        "choose a size that divides or is a multiple of the running one",
+        id="not-cuttable",
+    ),
+]
+
+
+def assert_one_line_reason(source: QuerySource, spark: SparkSession, events: DataFrame, reason: str) -> None:
+    with pytest.raises(QueryRejected) as rejected:
+        validate(spark, events, source)
+    message = str(rejected.value)
+    assert "\n" not in message
+    if reason.endswith(": "):  # the rest is Spark's or Python's own wording
+        assert message.startswith(reason), message
+    else:
+        assert reason in message, message
+
+
+@pytest.mark.parametrize(("name", "reason"), sorted(BAD_FILES.items()))
+def test_a_bad_query_file_is_rejected_with_its_one_line_reason(
+    spark: SparkSession, events: DataFrame, name: str, reason: str
+) -> None:
+    assert_one_line_reason(load_query_source(BAD / name), spark, events, reason)
+
+
+def test_every_bad_query_file_has_its_reason_listed() -> None:
+    assert sorted(p.name for p in BAD.iterdir()) == sorted(BAD_FILES)
+
+
+@pytest.mark.parametrize(("text", "reason"), BAD_TEXTS)
+def test_a_bad_query_is_rejected_with_its_one_line_reason(
+    spark: SparkSession, events: DataFrame, text: str, reason: str
+) -> None:
+    assert_one_line_reason(sql(text), spark, events, reason)
+
+
+def test_a_python_query_is_applied_once(spark: SparkSession, events: DataFrame, tmp_path: Path) -> None:
+    """Validation learns everything from one application of the query, to the stream."""
+    calls = tmp_path / "calls"
+    counting = FILTERED_PYTHON.replace(
+        "def query(events: DataFrame) -> DataFrame:\n",
+        f"def query(events: DataFrame) -> DataFrame:\n    with open({str(calls)!r}, 'a') as calls:\n"
+        "        calls.write('c')\n",
+    )
+    source = QuerySource(name="counted", kind=QueryKind.PYTHON, text=counting)
+    assert validate(spark, events, source).window_ms == 30_000
+    assert calls.read_text() == "c"
