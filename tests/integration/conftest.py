@@ -79,7 +79,9 @@ def services() -> Iterator[Services]:
 
 @pytest.fixture(scope="session")
 def spark(services: Services) -> Iterator[SparkSession]:
-    settings = Settings(jars_dir=JARS, kafka_bootstrap=services.bootstrap)
+    # One driver serves every in-process test: with 1 GiB its old generation reached 96% and full
+    # GCs ran back to back late in the suite, stalling queries for minutes. 2 GiB leaves headroom.
+    settings = Settings(jars_dir=JARS, kafka_bootstrap=services.bootstrap, spark_driver_memory="2g")
     session = build_spark_session(settings, EmbeddedStack(settings).spark_connector_jars())
     yield session
     session.stop()
