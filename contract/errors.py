@@ -15,3 +15,11 @@ class ConfigError(HotswapError):
 
 class TimeoutExpired(HotswapError):
     """A bounded wait ran out; the message names what was waited for."""
+
+
+class LeaseLost(HotswapError):
+    """This process no longer holds the namespace's lease; it must stop without writing."""
+
+
+class ControlStateLost(HotswapError):
+    """The namespace's control state vanished from Redis (flushed, or an empty Redis took its place)."""

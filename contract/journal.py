@@ -10,8 +10,10 @@ from collections.abc import Callable
 from enum import StrEnum
 
 import redis
+from redis.client import Pipeline
 
 from contract.errors import HotswapError
+from contract.fence import Fence, fenced
 from contract.keys import Keys
 from contract.models import QuerySource, Record, now_ms
 
@@ -28,6 +30,7 @@ class SwapPhase(StrEnum):
     FAILED = "failed"
     REJECTED = "rejected"
     ABORTED = "aborted"
+    ROLLED_BACK = "rolled_back"  # completed, then undone by a later swap back to its previous query
 
     @property
     def is_terminal(self) -> bool:
@@ -39,7 +42,9 @@ class SwapPhase(StrEnum):
         return self in (SwapPhase.CUT, SwapPhase.DRAINING, SwapPhase.DRAINED, SwapPhase.RETIRED)
 
 
-TERMINAL_PHASES = frozenset({SwapPhase.COMPLETED, SwapPhase.FAILED, SwapPhase.REJECTED, SwapPhase.ABORTED})
+TERMINAL_PHASES = frozenset(
+    {SwapPhase.COMPLETED, SwapPhase.FAILED, SwapPhase.REJECTED, SwapPhase.ABORTED, SwapPhase.ROLLED_BACK}
+)
 
 LEGAL_TRANSITIONS: dict[SwapPhase, frozenset[SwapPhase]] = {
     SwapPhase.SUBMITTED: frozenset({SwapPhase.VALIDATED, SwapPhase.REJECTED, SwapPhase.ABORTED}),
@@ -49,6 +54,9 @@ LEGAL_TRANSITIONS: dict[SwapPhase, frozenset[SwapPhase]] = {
     SwapPhase.DRAINING: frozenset({SwapPhase.DRAINED, SwapPhase.FAILED}),
     SwapPhase.DRAINED: frozenset({SwapPhase.RETIRED, SwapPhase.FAILED}),
     SwapPhase.RETIRED: frozenset({SwapPhase.COMPLETED}),
+    # Recorded when the swap that rolls this one back completes; routing is unchanged by it.
+    SwapPhase.COMPLETED: frozenset({SwapPhase.ROLLED_BACK}),
+    SwapPhase.FAILED: frozenset({SwapPhase.ROLLED_BACK}),  # a failure after the cut, rolled back on its buffer
 }
 
 
@@ -83,6 +91,16 @@ class SwapRecord(Record):
     old_window_ms: int | None = None
     markers_written: bool = False
     error: str | None = None
+    rollback_of: str | None = None  # the swap this one undoes (a swap back to its previous query)
+    # A swap whose new query failed for good after its cut: this one's query takes over that
+    # query's buffer (its topic) for every window it did not emit. Its cut is decided by the
+    # executor, where the failed query stopped, not by the service graph.
+    recovers: str | None = None
+
+    @property
+    def failed_after_cut(self) -> bool:
+        """Failed with its cut recorded: routing keeps that cut, and its new query's rows wait in its topic."""
+        return self.state is SwapPhase.FAILED and self.cut_window_end is not None
 
     def advanced(self, target: SwapPhase, *, error: str | None = None, **changes: object) -> SwapRecord:
         """This record moved to `target`; raises IllegalTransition if that move is not allowed."""
@@ -97,9 +115,10 @@ class SwapRecord(Record):
 class Journal:
     """Reads and writes swap records of one namespace."""
 
-    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+    def __init__(self, client: redis.Redis, keys: Keys, fence: Fence | None = None) -> None:
         self._redis = client
         self._keys = keys
+        self._fence = fence  # set for an executor: its writes need the lease (contract.fence)
 
     def create(self, record: SwapRecord) -> SwapRecord:
         first = record.model_copy(update={"phases": (PhaseEntry(name=SwapPhase.SUBMITTED, at=now_ms()),)})
@@ -156,19 +175,15 @@ class Journal:
 
     def _compare_and_set(self, swap_id: str, change: Callable[[SwapRecord], SwapRecord | None]) -> SwapRecord | None:
         key = self._keys.swap(swap_id)
-        while True:
-            with self._redis.pipeline(transaction=True) as pipe:
-                try:
-                    pipe.watch(key)  # type: ignore[no-untyped-call]  # redis-py leaves watch() unannotated
-                    raw = pipe.get(key)
-                    if raw is None:
-                        raise UnknownSwap(f"no swap {swap_id!r} in namespace {self._keys.namespace!r}")
-                    updated = change(SwapRecord.model_validate_json(raw))
-                    if updated is None:
-                        return None
-                    pipe.multi()
-                    pipe.set(key, updated.model_dump_json())
-                    pipe.execute()
-                    return updated
-                except redis.WatchError:
-                    continue
+
+        def write(pipe: Pipeline) -> SwapRecord | None:
+            raw = pipe.get(key)
+            if raw is None:
+                raise UnknownSwap(f"no swap {swap_id!r} in namespace {self._keys.namespace!r}")
+            updated = change(SwapRecord.model_validate_json(raw))
+            if updated is not None:
+                pipe.multi()
+                pipe.set(key, updated.model_dump_json())
+            return updated
+
+        return fenced(self._redis, self._fence, write, watch=(key,))

@@ -23,6 +23,13 @@ class Keys:
         return f"{self.prefix}:lease"
 
     @property
+    def namespace_record(self) -> str:
+        """Written once, when the namespace's first executor starts. If it is missing while an
+        executor runs, or while checkpoints and graph topics of the namespace exist, the control
+        state was lost."""
+        return f"{self.prefix}:namespace"
+
+    @property
     def executor(self) -> str:
         """The executor's recorded lifecycle phase (ExecutorRecord)."""
         return f"{self.prefix}:executor"

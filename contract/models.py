@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -51,6 +52,16 @@ class GraphRecord(Record):
     created_at: int = Field(default_factory=now_ms)
     started_at: int | None = None
     retired_at: int | None = None
+    # The id Spark keeps in the graph's checkpoint, chosen before its first start; a checkpoint
+    # naming another id is never resumed (None: a record from before this field existed).
+    spark_query_id: str | None = None
+    # For a graph that took over a failed graph's topic: rows with event time before this were
+    # the failed graph's, whose windows it emitted through here; they are skipped.
+    start_after: int | None = None
+
+
+def new_spark_query_id() -> str:
+    return str(uuid.uuid4())
 
 
 class ExecutorPhase(StrEnum):
@@ -68,6 +79,13 @@ EXECUTOR_TRANSITIONS: dict[ExecutorPhase, frozenset[ExecutorPhase]] = {
     ExecutorPhase.RUNNING: frozenset({ExecutorPhase.STOPPING}),
     ExecutorPhase.STOPPING: frozenset({ExecutorPhase.STOPPED}),
 }
+
+
+class NamespaceRecord(Record):
+    """Written once, by the namespace's first executor (see Keys.namespace_record)."""
+
+    created_by: str
+    at: int = Field(default_factory=now_ms)
 
 
 class ExecutorRecord(Record):

@@ -31,7 +31,9 @@ class Settings(BaseSettings):
     # Jars fetched from Maven Central (default: <home>/jars); tests share one cache across homes.
     jars_dir: Path | None = None
     # Every Redis key, topic and checkpoint of one deployment sits under its namespace.
-    namespace: str = Field(default="default", pattern=r"^[A-Za-z0-9_.-]+$")
+    # No dots: topic names put the namespace between dots (hotswap.<ns>.graph.<id>), and a dot in
+    # it would let one namespace's topics pass for another's.
+    namespace: str = Field(default="default", pattern=r"^[A-Za-z0-9_-]+$")
 
     # Existing services: when set, `hotswap stack up` starts nothing for them.
     kafka_bootstrap: str | None = None
@@ -83,7 +85,7 @@ class Settings(BaseSettings):
     # The executor's lease on a namespace, and how long a starting executor waits for a dead
     # predecessor's lease to expire (0: refuse at once).
     lease_ttl: str = "15s"
-    lease_wait: str = "0s"
+    lease_wait: str = "20s"
     # A failed query is restarted from its checkpoint this many times, with doubling back-off.
     query_restarts: int = Field(default=3, ge=0)
     query_restart_backoff: str = "2s"
@@ -193,8 +195,18 @@ class Settings(BaseSettings):
     def graph_topic(self, query_id: str) -> str:
         return f"hotswap.{self.namespace}.graph.{query_id}"
 
+    @property
+    def checkpoint_root(self) -> Path:
+        """Every Spark checkpoint of the namespace lives below this directory."""
+        return (self.home / "checkpoints" / self.namespace).resolve()
+
     def checkpoint_dir(self, name: str) -> Path:
-        return (self.home / "checkpoints" / self.namespace / name).resolve()
+        return self.checkpoint_root / name
+
+    @property
+    def namespace_topic_prefix(self) -> str:
+        """Topics hotswap owns in the namespace: graph topics, late and dead-letter."""
+        return f"hotswap.{self.namespace}."
 
     def kafka_python_config(self) -> dict[str, Any]:
         """Client settings for kafka-python (producers, consumers, admin)."""

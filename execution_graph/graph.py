@@ -15,8 +15,10 @@ marker; DESIGN.md, "Known traps").
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import structlog
 from pyspark.sql import DataFrame, SparkSession
@@ -40,8 +42,9 @@ def query_name(namespace: str, query_id: str) -> str:
     return f"hotswap.{namespace}.graph.{query_id}"
 
 
-def events_stream(spark: SparkSession, settings: Settings, topic: str) -> DataFrame:
-    """The `events` a user query sees: data rows of the graph's input topic, watermarked."""
+def events_stream(spark: SparkSession, settings: Settings, topic: str, start_after: int | None = None) -> DataFrame:
+    """The `events` a user query sees: data rows of the graph's input topic, watermarked, from
+    event time `start_after` on when the graph took over a failed graph's topic."""
     raw = (
         spark.readStream.format("kafka")
         .options(**settings.spark_kafka_options())
@@ -63,12 +66,40 @@ def events_stream(spark: SparkSession, settings: Settings, topic: str) -> DataFr
     )
     watermarked = rows.withWatermark("event_time", f"{GRAPH_WATERMARK_DELAY_MS} milliseconds")
     # Keeps data rows and drops markers, but only after the watermark node has seen them.
-    data = watermarked.where("CASE WHEN kind = 'data' THEN true ELSE event_time IS NULL END")
+    keep = "true" if start_after is None else f"event_time >= timestamp_millis({int(start_after)})"
+    data = watermarked.where(f"CASE WHEN kind = 'data' THEN {keep} ELSE event_time IS NULL END")
     # A service-graph batch that Spark replays after a crash writes its rows again; each source
     # event (partition, offset) is counted once. With the event time in the key, Spark evicts an
     # entry once the service watermark passes it, so this state stays bounded.
     unique = data.dropDuplicates(["partition", "offset", "event_time"])
     return unique.select("key", "value", "ts", "event_time")
+
+
+def claim_checkpoint(checkpoint: Path, record: GraphRecord) -> None:
+    """Make sure Spark resumes this graph's own checkpoint and no other.
+
+    Spark keeps its query's id in `<checkpoint>/metadata` and writes one only if the file is
+    missing. hotswap writes it first, with the id chosen when the graph was recorded, so a
+    checkpoint left from an earlier life of the namespace (one whose control state was lost)
+    is refused instead of being resumed as if it belonged to this graph.
+    """
+    if record.spark_query_id is None:
+        return
+    metadata = checkpoint / "metadata"
+    if metadata.exists():
+        try:
+            found = json.loads(metadata.read_text().strip().splitlines()[0]).get("id")
+        except (ValueError, IndexError, AttributeError):
+            found = None
+        if found != record.spark_query_id:
+            raise GraphStartFailed(
+                f"checkpoint {checkpoint} belongs to Spark query {found}, not to graph {record.query_id} "
+                f"({record.spark_query_id}); it is left from an earlier life of the namespace: start the namespace "
+                "over with `hotswap run --reset-namespace`"
+            )
+        return
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    metadata.write_text(json.dumps({"id": record.spark_query_id}) + "\n")
 
 
 class GraphRunner:
@@ -83,12 +114,14 @@ class GraphRunner:
         existing = self._queries.get(record.query_id)
         if existing is not None and existing.isActive:
             return existing
-        events = events_stream(self._spark, self._settings, record.topic)
+        checkpoint = self._settings.checkpoint_dir(f"graph-{record.query_id}")
+        claim_checkpoint(checkpoint, record)
+        events = events_stream(self._spark, self._settings, record.topic, record.start_after)
         output = apply_query(self._spark, events, record.source)
         query = (
             output.writeStream.queryName(query_name(self._settings.namespace, record.query_id))
             .outputMode("append")
-            .option("checkpointLocation", str(self._settings.checkpoint_dir(f"graph-{record.query_id}")))
+            .option("checkpointLocation", str(checkpoint))
             .foreachBatch(writer)
             .start()
         )
@@ -112,6 +145,31 @@ class GraphRunner:
         raise TimeoutExpired(
             f"execution graph {query_id} was not running after {timeout_s:.0f}s (waited for its Spark query to start)"
         )
+
+    def last_commit_watermark(self, query_id: str) -> int | None:
+        """The event-time watermark of the graph's last committed batch, read from its checkpoint:
+        Spark records each batch's watermark in `offsets/N` and writes `commits/N` once the batch's
+        output is out, so every window ending at or before it was emitted."""
+        jvm = self._spark.sparkContext._jvm
+        assert jvm is not None
+        root = jvm.org.apache.hadoop.fs.Path(str(self._settings.checkpoint_dir(f"graph-{query_id}")))
+        fs = root.getFileSystem(self._spark.sparkContext._jsc.hadoopConfiguration())
+        commits = jvm.org.apache.hadoop.fs.Path(root, "commits")
+        if not fs.exists(commits):
+            return None
+        batches = [int(s.getPath().getName()) for s in fs.listStatus(commits) if s.getPath().getName().isdigit()]
+        if not batches:
+            return None
+        stream = fs.open(jvm.org.apache.hadoop.fs.Path(root, f"offsets/{max(batches)}"))
+        try:
+            text = str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+        lines = text.splitlines()
+        try:
+            return int(json.loads(lines[1])["batchWatermarkMs"]) if len(lines) > 1 else None
+        except (ValueError, KeyError, TypeError):
+            return None
 
     def query(self, query_id: str) -> StreamingQuery | None:
         return self._queries.get(query_id)

@@ -152,8 +152,18 @@ def run(
     log_format: Annotated[str | None, typer.Option(help="console or json.")] = None,
     keep_retired_topics: Annotated[bool | None, typer.Option(help="Keep a retired graph's topic.")] = None,
     lease_wait: Annotated[
-        str | None, typer.Option(help="Wait this long for a killed executor's lease to expire, e.g. 20s.")
+        str | None,
+        typer.Option(help="Wait this long for a stalled executor's lease to expire (default 20s; 0s: refuse at once)."),
     ] = None,
+    reset_namespace: Annotated[
+        bool,
+        typer.Option(
+            "--reset-namespace",
+            help="First remove the namespace's Redis keys, checkpoints and hotswap topics, and start it over "
+            "(after its control state was lost). The source and results topics are kept.",
+        ),
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask before --reset-namespace.")] = False,
 ) -> None:
     """Run the executor in the foreground (Ctrl-C stops it; a restart resumes)."""
     from contract.keys import Keys
@@ -177,6 +187,22 @@ def run(
     source = load_query_source(query, name)
     client = redis_client(settings)
     Lease(client, Keys(settings.namespace).lease, settings.lease_ttl_ms).wait_until_free(settings.lease_wait_s)
+    if reset_namespace:
+        from executor.namespace import reset
+        from executor.topics import Topics
+
+        if not yes:
+            typer.confirm(
+                f"Remove every Redis key, checkpoint and hotswap.{settings.namespace}.* topic of namespace "
+                f"{settings.namespace!r}? It starts over from the first offset of {settings.source_topic}",
+                abort=True,
+            )
+        topics = Topics(settings)
+        try:
+            removed = reset(client, settings, topics)
+        finally:
+            topics.close()
+        console.print(f"namespace {settings.namespace} reset: removed {', '.join(removed) or 'nothing'}")
     spark = build_spark_session(settings, EmbeddedStack(settings).spark_connector_jars())
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -196,13 +222,17 @@ def submit(
     name: Annotated[str | None, typer.Option(help="Query id (default: the file name).")] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait until the swap completes.")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds to wait with --wait.")] = 600.0,
+    fix: Annotated[
+        str | None,
+        typer.Option(help="Fix forward the swap with this id, whose new query failed for good after its cut."),
+    ] = None,
     namespace: NamespaceOpt = None,
 ) -> None:
     """Submit a replacement query. Prints the swap id; a rejected query prints the reason."""
     from executor.client import Client
 
     client = Client(ctx.obj.settings(namespace=namespace))
-    swap = client.submit(file, name)
+    swap = client.submit(file, name, fix=fix)
     typer.echo(swap.id)
     if wait:
         done = client.wait_until_done(swap.id, timeout)
@@ -221,6 +251,30 @@ def abort(
 
     record = Client(ctx.obj.settings(namespace=namespace)).abort(swap_id)
     typer.echo(f"aborted {record.id}")
+
+
+@app.command()
+@operator_errors
+def rollback(
+    ctx: typer.Context,
+    swap_id: Annotated[str, typer.Argument(help="The swap to undo.")],
+    wait: Annotated[bool, typer.Option("--wait", help="Wait until the swap back completes.")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait with --wait.")] = 600.0,
+    namespace: NamespaceOpt = None,
+) -> None:
+    """Undo a swap: before its cut, abort it; after it, swap back to the previous query at the next boundary."""
+    from contract.journal import SwapPhase
+    from executor.client import Client
+
+    client = Client(ctx.obj.settings(namespace=namespace))
+    record = client.rollback(swap_id)
+    if record.state is SwapPhase.ABORTED:
+        typer.echo(f"aborted {record.id} (it had not been cut)")
+        return
+    typer.echo(f"{record.id}: swap back to {record.to_query}, queued; windows up to its cut keep {swap_id}'s results")
+    if wait:
+        done = client.wait_until_done(record.id, timeout)
+        typer.echo(f"{done.id} completed: {record.to_query} answers windows ending after {_iso(done.cut_window_end)}")
 
 
 @app.command()
@@ -274,9 +328,15 @@ def render_status(doc: dict[str, Any]) -> None:
             s["state"],
             _iso(s["cut_window_end"]),
             phases,
-            s["error"] or s.get("waiting_for") or "",
+            s["error"] or s.get("waiting_for") or s.get("note") or "",
         )
     console.print(swaps)
+    owners = " | ".join(
+        f"{o['query_id']} {_iso(o['after']) if o['after'] else '…'} .. {_iso(o['through']) if o['through'] else '…'}"
+        for o in doc.get("owners", [])
+    )
+    if owners:
+        console.print(f"[bold]windows by version[/] (window end after .. through) {owners}", soft_wrap=True)
 
 
 # -- generate / demo ----------------------------------------------------------------------------

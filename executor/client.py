@@ -14,12 +14,12 @@ from redis.retry import Retry
 from contract.errors import ConfigError, TimeoutExpired
 from contract.journal import Journal, SwapPhase, SwapRecord
 from contract.keys import Keys
-from contract.models import ExecutorRecord
+from contract.models import ExecutorRecord, GraphState
 from contract.records import read_counters, read_current, read_graphs, read_service_state
 from contract.settings import Settings
 from execution_graph.user_query import load_query_source
 from executor.errors import ExecutorError, SubmitRejected, SwapFailed
-from executor.waits import start_blocker, waiting_for
+from executor.waits import clock, start_blocker, waiting_for
 from service_sink.progress import read_progress
 
 ABORTABLE = (SwapPhase.SUBMITTED, SwapPhase.VALIDATED, SwapPhase.DEPLOYED)
@@ -59,22 +59,96 @@ class Client:
         self._keys = Keys(settings.namespace)
         self.journal = Journal(self._redis, self._keys)
 
-    def submit(self, path: Path, name: str | None = None, validation_timeout_s: float = 120.0) -> SwapRecord:
-        """Queue a swap and return once the executor has validated it; raises SubmitRejected."""
+    def submit(
+        self, path: Path, name: str | None = None, validation_timeout_s: float = 120.0, fix: str | None = None
+    ) -> SwapRecord:
+        """Queue a swap and return once the executor has validated it; raises SubmitRejected.
+
+        With `fix`, the id of a swap whose new query failed for good after its cut, the query fixes
+        it forward: it takes over the failed query's buffer for every window that query did not emit.
+        """
         source = load_query_source(path, name)
+        if fix is not None:
+            self._failed_after_cut(fix, "fixed forward")
+        swap = SwapRecord(id=uuid.uuid4().hex[:10], to_query=source.name, source=source, recovers=fix)
+        return self._queue(swap, validation_timeout_s)
+
+    def _failed_after_cut(self, swap_id: str, what: str) -> SwapRecord:
+        """The swap, if its new query failed for good after its cut and nothing took it over yet."""
+        swap = self.journal.get(swap_id)
+        graph = read_graphs(self._redis, self._keys).get(swap.to_query)
+        if not swap.failed_after_cut or graph is None or graph.state is not GraphState.FAILED:
+            raise ExecutorError(
+                f"swap {swap_id} is {swap.state} and its query {swap.to_query} is "
+                f"{graph.state if graph else 'unknown'}; only a query that failed for good after its cut can be {what}"
+            )
+        for other in self.journal.all():
+            claimed = other.state is SwapPhase.COMPLETED or other.failed_after_cut or not other.state.is_terminal
+            if other.recovers == swap_id and claimed:
+                raise ExecutorError(
+                    f"swap {other.id} ({other.state}) already took over swap {swap_id}'s query; "
+                    f"roll back or fix forward {other.id} instead"
+                )
+        return swap
+
+    def rollback(self, swap_id: str, validation_timeout_s: float = 120.0) -> SwapRecord:
+        """Undo a swap. Before its cut this is `abort`. After it (the swap running or completed), a
+        swap back to the previous query is queued, with that query's text from the journal; it cuts
+        at the next window boundary W2, and the windows between W and W2 keep the new query's
+        results. Returns the aborted swap, or the validated swap back."""
+        swap = self.journal.get(swap_id)
+        if swap.state in ABORTABLE:
+            try:
+                return self.abort(swap_id)
+            except ExecutorError:
+                swap = self.journal.get(swap_id)  # cut meanwhile: roll back after the cut
+        if swap.state is SwapPhase.ROLLED_BACK:
+            raise ExecutorError(f"swap {swap_id} is already rolled back")
+        recovers = None
+        failed_graph = read_graphs(self._redis, self._keys).get(swap.to_query)
+        if swap.failed_after_cut and failed_graph is not None and failed_graph.state is GraphState.FAILED:
+            # The previous query takes over the failed one's buffer, from where it stopped.
+            self._failed_after_cut(swap_id, "rolled back")
+            recovers = swap_id
+        elif not (swap.state.is_past_cut or swap.state is SwapPhase.COMPLETED or swap.failed_after_cut):
+            raise ExecutorError(f"swap {swap_id} ended {swap.state} before its cut; there is nothing to roll back")
+        if swap.from_query is None:
+            raise ExecutorError(f"swap {swap_id} records no previous query; submit its file instead")
+        pending = [s for s in self.journal.all() if s.rollback_of == swap_id and not s.state.is_terminal]
+        if pending:
+            raise ExecutorError(
+                f"swap {pending[0].id} already rolls back swap {swap_id}; follow it with `hotswap status`, "
+                f"or `hotswap abort {pending[0].id}` to start over"
+            )
+        previous = read_graphs(self._redis, self._keys).get(swap.from_query)
+        if previous is None:
+            raise ExecutorError(f"the journal has no record of query {swap.from_query}; submit its file instead")
+        back = SwapRecord(
+            id=uuid.uuid4().hex[:10],
+            to_query=previous.source.name,
+            source=previous.source,
+            rollback_of=swap_id,
+            recovers=recovers,
+        )
+        return self._queue(back, validation_timeout_s)
+
+    def _queue(self, swap: SwapRecord, validation_timeout_s: float) -> SwapRecord:
+        """Add a swap to the journal and return once the executor has validated it."""
         if not self._redis.exists(self._keys.lease):
             raise ExecutorError(
                 f"no executor is running on namespace {self.settings.namespace!r}; start one with `hotswap run`"
             )
-        swap = self.journal.create(SwapRecord(id=uuid.uuid4().hex[:10], to_query=source.name, source=source))
-        record = self.wait_for(swap.id, lambda r: r.state is not SwapPhase.SUBMITTED, validation_timeout_s, "validated")
+        created = self.journal.create(swap)
+        record = self.wait_for(
+            created.id, lambda r: r.state is not SwapPhase.SUBMITTED, validation_timeout_s, "validated"
+        )
         if record.state is SwapPhase.REJECTED:
             raise SubmitRejected(f"rejected: {record.error}")
         return record
 
     def wait_until_done(self, swap_id: str, timeout_s: float) -> SwapRecord:
         record = self.wait_for(swap_id, lambda r: r.state.is_terminal, timeout_s, "completed")
-        if record.state is not SwapPhase.COMPLETED:
+        if record.state not in (SwapPhase.COMPLETED, SwapPhase.ROLLED_BACK):
             raise SwapFailed(f"swap {swap_id} {record.state}: {record.error}")
         return record
 
@@ -115,7 +189,6 @@ class Client:
         executor = ExecutorRecord.model_validate_json(raw_executor) if raw_executor else None
         swaps = self.journal.all()
         progress = {query_id: read_progress(self._redis, self._keys, query_id) for query_id in graphs}
-        blocker = start_blocker(current, graphs, swaps)
         return {
             "namespace": self.settings.namespace,
             "executor": {
@@ -124,7 +197,11 @@ class Client:
                 "since": executor.at if executor else None,
             },
             "current": current.model_dump() if current else None,
-            "swaps": [_swap_view(s, waiting_for(s, swaps, service, progress, blocker)) for s in swaps],
+            "swaps": [
+                _swap_view(s, waiting_for(s, swaps, service, progress, start_blocker(current, graphs, swaps, s)), swaps)
+                for s in swaps
+            ],
+            "owners": window_owners(swaps, current.query_id if current else None),
             "service": {
                 "watermark": service.watermark,
                 "last_batch": service.last_batch,
@@ -151,7 +228,33 @@ class Client:
         }
 
 
-def _swap_view(swap: SwapRecord, waiting: str | None) -> dict[str, Any]:
+def window_owners(swaps: list[SwapRecord], current: str | None) -> list[dict[str, Any]]:
+    """Which query version answers which windows: windows ending after `after` and at or before
+    `through` (null: unbounded). Each cut moves ownership, whether its swap completed, was rolled
+    back later (its windows stay its own) or is still draining."""
+    owners: list[dict[str, Any]] = []
+    for swap in swaps:
+        moved = swap.state.is_past_cut or swap.state in (SwapPhase.COMPLETED, SwapPhase.ROLLED_BACK)
+        moved = moved or swap.failed_after_cut
+        if swap.cut_window_end is None or swap.from_query is None or not moved:
+            continue
+        if not owners:
+            owners.append({"query_id": swap.from_query, "after": None, "through": None})
+        owners[-1]["through"] = swap.cut_window_end
+        owners.append({"query_id": swap.to_query, "after": swap.cut_window_end, "through": None, "swap_id": swap.id})
+    if not owners and current is not None:
+        owners.append({"query_id": current, "after": None, "through": None})
+    return owners
+
+
+def _swap_view(swap: SwapRecord, waiting: str | None, swaps: list[SwapRecord]) -> dict[str, Any]:
+    undoing = next((s for s in swaps if s.rollback_of == swap.id and s.state is SwapPhase.COMPLETED), None)
+    note = None
+    if swap.state is SwapPhase.ROLLED_BACK and undoing is not None:
+        note = (
+            f"rolled back by {undoing.id}: windows ending after {clock(swap.cut_window_end)} through "
+            f"{clock(undoing.cut_window_end)} keep {swap.to_query}'s results; {undoing.to_query} answers after that"
+        )
     return {
         "id": swap.id,
         "from_query": swap.from_query,
@@ -164,6 +267,8 @@ def _swap_view(swap: SwapRecord, waiting: str | None) -> dict[str, Any]:
         "phases": [{"name": str(p.name), "at": p.at} for p in swap.phases],
         "error": swap.error,
         "waiting_for": waiting,
+        "rollback_of": swap.rollback_of,
+        "note": note,
     }
 
 

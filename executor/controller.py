@@ -11,18 +11,29 @@ import redis
 import structlog
 from pyspark.sql import SparkSession
 
-from contract.errors import HotswapError
+from contract.errors import ControlStateLost, HotswapError, LeaseLost
+from contract.fence import Fence, fenced_write
 from contract.journal import Journal, SwapPhase
 from contract.keys import Keys
-from contract.models import EXECUTOR_TRANSITIONS, ExecutorPhase, ExecutorRecord, GraphRecord, GraphState, QuerySource
+from contract.models import (
+    EXECUTOR_TRANSITIONS,
+    ExecutorPhase,
+    ExecutorRecord,
+    GraphRecord,
+    GraphState,
+    QuerySource,
+    new_spark_query_id,
+)
 from contract.settings import Settings
 from execution_graph.graph import query_name as graph_query_name
 from execution_graph.user_query import first_line
 from executor.errors import ExecutorError, LeaseHeld
 from executor.graphs import Graphs
 from executor.lease import Lease
+from executor.namespace import claim
 from executor.swap import SwapProtocol
 from executor.topics import Topics
+from executor.waits import recovered_queries
 from service_graph.errors import ServiceGraphError
 from service_graph.query import ServiceGraph
 from service_sink.progress import ProgressReporter
@@ -31,8 +42,9 @@ log = structlog.get_logger(__name__)
 
 TICK_S = 0.25
 OUTAGE_S = 300.0  # how long the loop keeps retrying a failing tick before the executor gives up
-# Not retried: another executor holds the lease, or the service graph failed for good.
-FATAL = (LeaseHeld, ServiceGraphError)
+# Not retried: another executor holds (or took over) the lease, the namespace's control state vanished,
+# or the service graph failed for good.
+FATAL = (LeaseHeld, LeaseLost, ControlStateLost, ServiceGraphError)
 
 
 class Executor:
@@ -42,16 +54,19 @@ class Executor:
         self._redis = client
         self._keys = Keys(settings.namespace)
         self._topics = Topics(settings)
-        self.graphs = Graphs(spark, settings, client, self._topics)
-        self.service = ServiceGraph(spark, settings, client)
+        self._lease = Lease(client, self._keys.lease, settings.lease_ttl_ms)
+        # Every control write below checks that this executor still holds the lease (contract.fence).
+        self._fence = Fence(self._keys, self._lease.token)
+        self.graphs = Graphs(spark, settings, client, self._topics, self._fence)
+        self.service = ServiceGraph(spark, settings, client, self._fence)
         self.reporter = ProgressReporter(
             spark,
             client,
             self._keys,
             prefix=graph_query_name(settings.namespace, ""),
             checkpoint_for=lambda query_id: str(settings.checkpoint_dir(f"graph-{query_id}")),
+            fence=self._fence,
         )
-        self._lease = Lease(client, self._keys.lease, settings.lease_ttl_ms)
         self._swaps: SwapProtocol | None = None
         self._phase = ExecutorPhase.STOPPED
         self.ready = threading.Event()
@@ -59,12 +74,17 @@ class Executor:
     def run(self, initial: QuerySource | None, stop: threading.Event) -> None:
         """Run until `stop` is set; returns after stopping every query this executor started."""
         self._lease.acquire(self.settings.lease_wait_s)
+        try:
+            claim(self._redis, self.settings, self._topics, self._lease.token)
+        except Exception:
+            self._lease.release()
+            raise
         self._enter(ExecutorPhase.BOOTSTRAPPING)
         structlog.contextvars.bind_contextvars(namespace=self.settings.namespace)
         self._spark.streams.addListener(self.reporter)
         try:
             self._bootstrap(initial)
-            self._swaps = SwapProtocol(self.settings, self._redis, self.graphs, self.reporter)
+            self._swaps = SwapProtocol(self.settings, self._redis, self.graphs, self.reporter, self._fence)
             self._enter(ExecutorPhase.RUNNING)
             self.ready.set()
             log.info("executor running", source=self.settings.source_topic, sink=self.settings.sink_topic)
@@ -91,6 +111,7 @@ class Executor:
 
     def tick(self) -> None:
         self._lease.check()
+        self._fence.verify(self._redis)
         assert self._swaps is not None
         self._swaps.step()
         failed = self.graphs.supervise()
@@ -125,7 +146,12 @@ class Executor:
                     query_id=current.query_id,
                 )
             # The old graph of a swap recorded as retired is about to be stopped: no need to resume it.
-            retiring = {s.from_query for s in Journal(self._redis, self._keys).all() if s.state is SwapPhase.RETIRED}
+            swaps = Journal(self._redis, self._keys).all()
+            retiring = {s.from_query for s in swaps if s.state is SwapPhase.RETIRED}
+            # A queued swap's graph starts when its turn comes (a recovery's, on another topic).
+            retiring |= {s.to_query for s in swaps if s.state in (SwapPhase.SUBMITTED, SwapPhase.VALIDATED)}
+            # A failed query that a recovery takes over must not run again next to its successor.
+            retiring |= recovered_queries(swaps)
             for record in self.graphs.records().values():
                 # A graph that failed for good but was never retired still owns windows: retry it.
                 failed_owner = record.state is GraphState.FAILED and record.retired_at is None
@@ -149,25 +175,29 @@ class Executor:
             window_ms=shape.window_ms,
             topic=self.settings.graph_topic(query_id),
             group_columns=shape.group_columns,
+            spark_query_id=new_spark_query_id(),
         )
         running = self.graphs.deploy(record)
         self.graphs.set_current(running)
         log.info("initial execution graph running", query_id=query_id, window_ms=shape.window_ms)
 
     def _stopped(self) -> None:
-        self._enter(ExecutorPhase.STOPPED)
-        self._lease.release()
+        try:
+            self._enter(ExecutorPhase.STOPPED)
+        finally:
+            self._lease.release()
 
     def _enter(self, phase: ExecutorPhase) -> None:
         if phase not in EXECUTOR_TRANSITIONS[self._phase]:
             raise ExecutorError(f"executor cannot go from {self._phase} to {phase}")
         record = ExecutorRecord(holder=self._lease.token, phase=phase)
-        self._redis.set(self._keys.executor, record.model_dump_json())
+        fenced_write(self._redis, self._fence, lambda pipe: pipe.set(self._keys.executor, record.model_dump_json()))
         self._phase = phase
 
     def _shutdown(self) -> None:
         log.info("executor stopping")
-        with contextlib.suppress(redis.RedisError, ExecutorError):
+        # After a lost lease or lost control state, these records are not ours to write.
+        with contextlib.suppress(redis.RedisError, HotswapError):
             self._enter(ExecutorPhase.STOPPING)
         for action in (self.service.stop, self.graphs.runner.stop_all, self._topics.close, self._stopped):
             try:

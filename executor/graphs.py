@@ -12,6 +12,7 @@ import redis
 import structlog
 from pyspark.sql import SparkSession
 
+from contract.fence import Fence, fenced_write
 from contract.keys import Keys
 from contract.lifecycle import RestartBudget
 from contract.models import CurrentQuery, GraphRecord, GraphState, QuerySource, now_ms
@@ -28,7 +29,15 @@ GRAPH_TOPIC_PARTITIONS = 1
 
 
 class Graphs:
-    def __init__(self, spark: SparkSession, settings: Settings, client: redis.Redis, topics: Topics) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        settings: Settings,
+        client: redis.Redis,
+        topics: Topics,
+        fence: Fence | None = None,
+    ) -> None:
+        self._fence = fence
         self._spark = spark
         self._settings = settings
         self._redis = client
@@ -46,14 +55,18 @@ class Graphs:
         return None if raw is None else GraphRecord.model_validate_json(raw)
 
     def save(self, record: GraphRecord) -> None:
-        self._redis.hset(self._keys.graphs, record.query_id, record.model_dump_json())
+        fenced_write(
+            self._redis,
+            self._fence,
+            lambda pipe: pipe.hset(self._keys.graphs, record.query_id, record.model_dump_json()),
+        )
 
     def current(self) -> CurrentQuery | None:
         return read_current(self._redis, self._keys)
 
     def set_current(self, record: GraphRecord) -> None:
         current = CurrentQuery(query_id=record.query_id, started_at=record.started_at or now_ms())
-        self._redis.set(self._keys.current, current.model_dump_json())
+        fenced_write(self._redis, self._fence, lambda pipe: pipe.set(self._keys.current, current.model_dump_json()))
 
     def unique_id(self, name: str, taken: set[str]) -> str:
         used = set(self.records()) | taken
@@ -131,7 +144,7 @@ class Graphs:
             return
         if record.state is not GraphState.RETIRED:
             self.save(record.model_copy(update={"state": GraphState.RETIRED, "retired_at": now_ms()}))
-        if not self._settings.keep_retired_topics:
+        if not self._settings.keep_retired_topics and not self._topic_in_use(record):
             self._topics.delete(record.topic)
         log.info("execution graph retired", query_id=query_id)
 
@@ -141,4 +154,18 @@ class Graphs:
         record = self.get(query_id)
         if record is not None:
             self.save(record.model_copy(update={"state": GraphState.FAILED, "retired_at": now_ms()}))
-            self._topics.delete(record.topic)
+            if not self._topic_in_use(record):
+                self._topics.delete(record.topic)
+
+    def _topic_in_use(self, record: GraphRecord) -> bool:
+        """Whether another graph still needs this graph's topic: one that took over a failed graph's
+        buffer, or the failed graph itself (it owns its windows until it is retired)."""
+
+        def needs(other: GraphRecord) -> bool:
+            failed_owner = other.state is GraphState.FAILED and other.retired_at is None
+            return other.state in (GraphState.STARTING, GraphState.RUNNING) or failed_owner
+
+        return any(
+            other.topic == record.topic and other.query_id != record.query_id and needs(other)
+            for other in self.records().values()
+        )

@@ -7,11 +7,13 @@ while the key still holds our token (a fencing check). A lost lease stops the ex
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import redis
 import structlog
@@ -41,20 +43,64 @@ return 0
 """
 
 
+def process_space() -> str:
+    """Names the space our pids live in: this boot of this kernel and this pid namespace. Two
+    containers may share a hostname but not this, so a pid is only compared within one space."""
+    parts = []
+    for path in ("/proc/sys/kernel/random/boot_id", "/proc/self/ns/pid"):
+        try:
+            parts.append(os.readlink(path) if path.endswith("/pid") else Path(path).read_text().strip())
+        except OSError:
+            parts.append("?")
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
+
+
+def holder_is_dead(holder: str | None) -> bool:
+    """Whether a lease token (host:pid:nonce:space) names a process of this host and pid space
+    that no longer runs.
+
+    Anything else (another host or container, a live pid, an unreadable token) may still be
+    alive: its lease is left to expire. A zombie has exited and only waits for its parent.
+    """
+    if holder is None:
+        return False
+    fields = holder.split(":")
+    if len(fields) != 4 or fields[0] != socket.gethostname() or fields[3] != process_space():
+        return False
+    pid_text = fields[1]
+    if not pid_text.isdigit() or int(pid_text) == os.getpid():
+        return False
+    pid = int(pid_text)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # it exists, under another user
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
 class Lease:
     def __init__(self, client: redis.Redis, key: str, ttl_ms: int = 15_000) -> None:
         self._redis = client
         self._key = key
         self._ttl_ms = ttl_ms
-        self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}:{process_space()}"
         self._stop = threading.Event()
         self._lost: str | None = None
         self._thread: threading.Thread | None = None
 
     def acquire(self, wait_s: float = 0.0) -> None:
-        """Take the lease, waiting up to `wait_s` for a previous holder's lease to expire."""
+        """Take the lease, waiting up to `wait_s` for a previous holder's lease to expire. A holder
+        that is provably dead (a process of this host that no longer runs) is taken over at once."""
         deadline = time.monotonic() + wait_s
         while not self._redis.set(self._key, self.token, nx=True, px=self._ttl_ms):
+            if self._take_over_dead_holder():
+                continue
             if time.monotonic() >= deadline:
                 self._refuse()
             time.sleep(0.5)
@@ -65,14 +111,27 @@ class Lease:
     def wait_until_free(self, wait_s: float = 0.0) -> None:
         """Fail fast, before any expensive start-up, if another executor holds the lease."""
         deadline = time.monotonic() + wait_s
-        while self._redis.exists(self._key):
+        while self._redis.exists(self._key) and not holder_is_dead(self._holder()):
             if time.monotonic() >= deadline:
                 self._refuse()
             time.sleep(0.5)
 
-    def _refuse(self) -> None:
+    def _holder(self) -> str | None:
         holder = self._redis.get(self._key)
-        holder_text = holder.decode() if isinstance(holder, bytes) else str(holder)
+        return holder.decode() if isinstance(holder, bytes) else holder
+
+    def _take_over_dead_holder(self) -> bool:
+        """Delete the lease if its holder is provably dead (and still the holder); True if deleted."""
+        holder = self._holder()
+        if holder is None or not holder_is_dead(holder):
+            return False
+        if self._redis.eval(_RELEASE, 1, self._key, holder):
+            log.info("lease of a dead executor taken over", holder=holder)
+            return True
+        return False
+
+    def _refuse(self) -> None:
+        holder_text = str(self._holder())
         raise LeaseHeld(
             f"another executor ({holder_text}) already runs this namespace; stop it first, "
             f"or wait {self._ttl_ms // 1000}s if it was killed (or use --lease-wait)"

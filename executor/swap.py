@@ -20,16 +20,17 @@ import structlog
 
 from contract.errors import HotswapError
 from contract.faults import crash_point
+from contract.fence import Fence
 from contract.journal import Journal, SwapPhase, SwapRecord
 from contract.keys import Keys
-from contract.models import GraphRecord, GraphState
+from contract.models import GraphRecord, GraphState, new_spark_query_id
 from contract.settings import Settings
-from contract.windows import reached_cut
+from contract.windows import format_duration_ms, reached_cut, window_start
 from execution_graph.errors import QueryRejected
 from execution_graph.user_query import first_line
 from execution_graph.validation import check_cuttable
 from executor.graphs import Graphs
-from executor.waits import start_blocker
+from executor.waits import clock, start_blocker
 from service_sink.progress import ProgressReporter, read_progress
 
 log = structlog.get_logger(__name__)
@@ -51,11 +52,12 @@ class SwapProtocol:
         client: redis.Redis,
         graphs: Graphs,
         reporter: ProgressReporter,
+        fence: Fence | None = None,
     ) -> None:
         self._settings = settings
         self._redis = client
         self._keys = Keys(settings.namespace)
-        self._journal = Journal(client, self._keys)
+        self._journal = Journal(client, self._keys, fence)
         self._graphs = graphs
         self._reporter = reporter
         self._deployed_seen: dict[str, float] = {}
@@ -123,6 +125,7 @@ class SwapProtocol:
                 window_ms=shape.window_ms,
                 topic=self._settings.graph_topic(query_id),
                 group_columns=shape.group_columns,
+                spark_query_id=new_spark_query_id(),
             )
             self._graphs.save(record)
             bound.info("swap validated", to_query=query_id, from_query=from_query, window_ms=shape.window_ms)
@@ -147,12 +150,14 @@ class SwapProtocol:
 
     def _activate(self, swap: SwapRecord, bound: structlog.typing.FilteringBoundLogger) -> SwapRecord | None:
         """Bind the swap whose turn has come to the query serving now, or say why it must wait."""
-        blocker = self._blocked_by()
+        blocker = start_blocker(self._graphs.current(), self._graphs.records(), self._journal.all(), swap)
         if blocker is not None:
             if (swap.id, SwapPhase.VALIDATED) not in self._waiting_logged:
                 self._waiting_logged.add((swap.id, SwapPhase.VALIDATED))
                 bound.warning("swap waits before it can start", reason=blocker)
             return None
+        if swap.recovers is not None:
+            return self._activate_recovery(swap, bound)
         current = self._graphs.current()
         old = self._graphs.get(current.query_id) if current else None
         if old is None or swap.new_window_ms is None:
@@ -168,8 +173,41 @@ class SwapProtocol:
             return self._journal.update(swap.id, from_query=old.query_id, old_window_ms=old.window_ms)
         return swap
 
-    def _blocked_by(self) -> str | None:
-        return start_blocker(self._graphs.current(), self._graphs.records(), self._journal.all())
+    def _activate_recovery(self, swap: SwapRecord, bound: structlog.typing.FilteringBoundLogger) -> SwapRecord | None:
+        """A recovery takes over the failed query's topic from where it stopped: the end of the
+        last window it emitted (its committed watermark, on its window grid), or the cut W."""
+        assert swap.recovers is not None
+        failed = self._journal.get(swap.recovers)
+        dead = self._graphs.get(failed.to_query)
+        record = self._graphs.get(swap.to_query)
+        if failed.cut_window_end is None or dead is None or record is None or swap.new_window_ms is None:
+            self._fail(swap, f"swap {swap.recovers} has no cut or no graph to take over; nothing to recover")
+            return None
+        if swap.from_query == dead.query_id and record.start_after is not None:
+            return swap  # bound before a restart
+        current = self._graphs.current()
+        serving = current is not None and current.query_id == dead.query_id
+        if dead.state is not GraphState.FAILED or not serving:
+            self._fail(
+                swap,
+                f"query {dead.query_id} is {dead.state}{'' if serving else ' and no longer serves'}, so there is "
+                "nothing to take over; submit the query without --fix, or `hotswap rollback` the swap that serves now",
+            )
+            return None
+        self._graphs.runner.stop(dead.query_id)  # it must not emit another window once its successor starts
+        stopped_at = max(failed.cut_window_end, window_start(self._emitted_through(dead), dead.window_ms))
+        if stopped_at % swap.new_window_ms:
+            self._fail(
+                swap,
+                f"{dead.query_id} emitted its windows through {clock(stopped_at)}, which is not a boundary of "
+                f"{format_duration_ms(swap.new_window_ms)} windows; use a window size that divides "
+                f"{format_duration_ms(dead.window_ms)}",
+            )
+            return None
+        # Written before the deploy that uses them: the graph reads the failed graph's topic from there.
+        self._graphs.save(record.model_copy(update={"topic": dead.topic, "start_after": stopped_at}))
+        bound.info("recovery starts", failed_query=dead.query_id, from_window_end=stopped_at)
+        return self._journal.update(swap.id, from_query=dead.query_id, old_window_ms=dead.window_ms)
 
     def _deploy(self, swap: SwapRecord, bound: structlog.typing.FilteringBoundLogger) -> None:
         record = self._graphs.get(swap.to_query)
@@ -186,10 +224,27 @@ class SwapProtocol:
             crash_point("after:deployed")
             bound.info("new graph deployed; waiting for the cut")
 
+    def _emitted_through(self, graph: GraphRecord) -> int:
+        """The watermark of the graph's last committed batch: as the sink reported it, or as its
+        checkpoint says (a commit the reporter had not confirmed before an executor restart)."""
+        progress = read_progress(self._redis, self._keys, graph.query_id)
+        reported = progress.committed_watermark if progress and progress.committed_watermark else 0
+        return max(reported, self._graphs.runner.last_commit_watermark(graph.query_id) or 0)
+
     def _await_cut(self, swap: SwapRecord, bound: structlog.typing.FilteringBoundLogger) -> None:
         failure = self._graphs.runner.failure(swap.to_query)
         if failure is not None:
             self._fail(swap, f"new query {swap.to_query} failed before the cut: {failure}; the old query keeps serving")
+            return
+        if swap.recovers is not None:
+            # Its cut was decided at activation, where the failed query stopped (the graph's start_after).
+            record = self._graphs.get(swap.to_query)
+            stopped_at = record.start_after if record else None
+            cut = self._journal.advance(
+                swap.id, SwapPhase.CUT, when=lambda r: r.state is SwapPhase.DEPLOYED, cut_window_end=stopped_at
+            )
+            if cut is not None:
+                bound.info("recovery cut recorded", cut_window_end=stopped_at)
             return
         seen = self._deployed_seen.setdefault(swap.id, time.monotonic())
         if time.monotonic() - seen > self._settings.drain_timeout_s:
@@ -200,6 +255,12 @@ class SwapProtocol:
             )
 
     def _await_drain(self, swap: SwapRecord, bound: structlog.typing.FilteringBoundLogger) -> None:
+        if swap.recovers is not None:
+            # The query it replaces is dead: it has nothing more to emit.
+            if swap.state is SwapPhase.CUT:
+                self._journal.advance(swap.id, SwapPhase.DRAINING)
+            self._journal.advance(swap.id, SwapPhase.DRAINED)
+            return
         if swap.state is not SwapPhase.DRAINING or swap.from_query is None or swap.cut_window_end is None:
             return
         progress = read_progress(self._redis, self._keys, swap.from_query)
@@ -220,6 +281,21 @@ class SwapProtocol:
             self._graphs.set_current(new)
         self._journal.advance(swap.id, SwapPhase.COMPLETED)
         bound.info("swap completed", from_query=swap.from_query, cut_window_end=swap.cut_window_end)
+
+    def _mark_rolled_back(self, rollback: SwapRecord, swaps: list[SwapRecord]) -> None:
+        """The swap a completed rollback undid ends `rolled_back` (done here, every step, so a crash
+        between the two writes is finished by the next executor)."""
+        assert rollback.rollback_of is not None
+        target = next((s for s in swaps if s.id == rollback.rollback_of), None)
+        if target is None or not (target.state is SwapPhase.COMPLETED or target.failed_after_cut):
+            return  # already recorded (or nothing to record): no write on every step
+        undone = self._journal.advance(
+            rollback.rollback_of,
+            SwapPhase.ROLLED_BACK,
+            when=lambda r: r.state is SwapPhase.COMPLETED or r.failed_after_cut,
+        )
+        if undone is not None:
+            log.info("swap rolled back", swap_id=undone.id, by=rollback.id, from_cut=rollback.cut_window_end)
 
     def _retire_drained_old_graph(self, swap: SwapRecord) -> None:
         """After a swap failed past its cut, the old graph is still retired once it has drained."""
@@ -270,9 +346,12 @@ class SwapProtocol:
             log.error("swap failed after its cut", swap_id=swap.id, query_id=record.query_id, error=message)
 
     def _clean_up(self, swaps: list[SwapRecord]) -> None:
-        """Stop graphs whose swap ended before the cut (aborted or failed)."""
+        """Record rollbacks that completed, and stop graphs whose swap ended before the cut (aborted
+        or failed)."""
         current = self._graphs.current()
         for swap in swaps:
+            if swap.rollback_of is not None and swap.state is SwapPhase.COMPLETED:
+                self._mark_rolled_back(swap, swaps)
             if swap.state is SwapPhase.FAILED and swap.cut_window_end is not None and swap.from_query:
                 self._retire_drained_old_graph(swap)
                 continue

@@ -86,6 +86,11 @@ class Topics:
             time.sleep(0.2)
         raise TimeoutExpired(f"topic {topic} was not visible in Kafka metadata after {timeout_s:.0f}s")
 
+    def names(self, prefix: str) -> list[str]:
+        """Existing topics whose names start with `prefix`."""
+        found = self._call("listing topics", lambda admin: admin.list_topics())
+        return sorted(str(t) for t in found if str(t).startswith(prefix))
+
     def delete(self, topic: str) -> None:
         def remove(admin: KafkaAdminClient) -> None:
             try:

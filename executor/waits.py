@@ -9,18 +9,26 @@ from contract.journal import SwapPhase, SwapRecord
 from contract.models import CurrentQuery, GraphProgress, GraphRecord, GraphState, ServiceState
 
 
-def start_blocker(current: CurrentQuery | None, graphs: dict[str, GraphRecord], swaps: list[SwapRecord]) -> str | None:
-    """Why no queued swap may start now, or None.
+def start_blocker(
+    current: CurrentQuery | None,
+    graphs: dict[str, GraphRecord],
+    swaps: list[SwapRecord],
+    candidate: SwapRecord | None = None,
+) -> str | None:
+    """Why no queued swap (or `candidate`) may start now, or None.
 
     The query serving the windows after the last cut must be running (a swap replaces it and its
-    old graph must drain), and the old graph of a swap that failed after its cut must have emitted
-    its windows through that cut first.
+    old graph must drain), unless the candidate recovers that very query from its failure; and the
+    old graph of a swap that failed after its cut must have emitted its windows through that cut
+    first.
     """
     record = graphs.get(current.query_id) if current else None
-    if record is not None and record.state is not GraphState.RUNNING:
+    recovering = candidate is not None and candidate.recovers is not None
+    if record is not None and record.state is not GraphState.RUNNING and not recovering:
         return (
-            f"query {record.query_id} serves the windows after the last cut but is {record.state}; "
-            "fix its cause and restart `hotswap run`"
+            f"query {record.query_id} serves the windows after the last cut but is {record.state}; fix its cause "
+            "and restart `hotswap run`, or take over its buffer: `hotswap rollback ID` or `submit FILE --fix ID` "
+            "on the swap that failed"
         )
     for swap in swaps:
         if swap.state is SwapPhase.FAILED and swap.cut_window_end is not None and swap.from_query:
@@ -28,6 +36,21 @@ def start_blocker(current: CurrentQuery | None, graphs: dict[str, GraphRecord], 
             if old is not None and old.state is GraphState.RUNNING:
                 return f"query {old.query_id} is still emitting its windows through the cut of swap {swap.id}"
     return None
+
+
+def recovered_queries(swaps: list[SwapRecord]) -> set[str]:
+    """Queries that failed for good after their cut and that a recovery (rollback or fix forward)
+    has claimed: they must never run again, whatever state the recovery is in."""
+    by_id = {s.id: s for s in swaps}
+    out = set()
+    for swap in swaps:
+        failed = by_id.get(swap.recovers or "")
+        ended_before_cut = swap.state in (SwapPhase.REJECTED, SwapPhase.ABORTED) or (
+            swap.state is SwapPhase.FAILED and swap.cut_window_end is None
+        )
+        if failed is not None and not ended_before_cut:
+            out.add(failed.to_query)
+    return out
 
 
 def waiting_for(
@@ -50,6 +73,8 @@ def waiting_for(
             return f"swap {ahead[0]} ahead of it to finish"
         return blocker or "its new graph to start"
     if state is SwapPhase.DEPLOYED:
+        if swap.recovers is not None:
+            return "the executor to record where the failed query stopped"
         return "the cut at the service graph's next batch or tick"
     w = swap.cut_window_end
     if state is SwapPhase.CUT:

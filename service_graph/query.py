@@ -25,8 +25,10 @@ import structlog
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
+from redis.client import Pipeline
 
 from contract.faults import crash_point
+from contract.fence import Fence, fenced_write
 from contract.journal import Journal, SwapPhase, SwapRecord
 from contract.keys import Keys
 from contract.lifecycle import RestartBudget, stop_between_batches
@@ -97,12 +99,15 @@ class SourceOffsets:
 class ServiceGraph:
     """Owns the permanent routing query of one namespace."""
 
-    def __init__(self, spark: SparkSession, settings: Settings, client: redis.Redis) -> None:
+    def __init__(
+        self, spark: SparkSession, settings: Settings, client: redis.Redis, fence: Fence | None = None
+    ) -> None:
         self._spark = spark
         self._settings = settings
         self._redis = client
         self._keys = Keys(settings.namespace)
-        self._journal = Journal(client, self._keys)
+        self._fence = fence  # every routing decision and state write needs the executor's lease
+        self._journal = Journal(client, self._keys, fence)
         self._producer: KafkaProducer | None = None
         self._source = SourceOffsets(settings)
         self._lock = threading.Lock()
@@ -166,6 +171,9 @@ class ServiceGraph:
     # -- one micro-batch -------------------------------------------------------------------
     def route_batch(self, batch: DataFrame, batch_id: int) -> None:
         with self._lock:
+            if self._fence is not None:
+                # A stalled executor that lost its lease, or a flushed Redis, must not route a row.
+                self._fence.verify(self._redis)
             state = self._load_state()
             parsed = self._parse(batch).persist()
             try:
@@ -195,15 +203,17 @@ class ServiceGraph:
             return plan
         swaps = self._journal.all()
         swap = active_swap(swaps)
-        if swap is not None and swap.state is SwapPhase.DEPLOYED and self._take_cut(swap, state, batch_id):
+        if swap is not None and self._cut_due(swap) and self._take_cut(swap, state, batch_id):
             swaps = self._journal.all()
         median = self._median_event_time(parsed) if state.watermark is None else None
         ahead_after = time_jump_limit(state.watermark, median, self._settings.max_time_jump_ms)
         plan = self._next_plan(batch_id, state, swaps, ahead_after)
-        pipe = self._redis.pipeline(transaction=True)
-        pipe.set(self._keys.routing_plan(batch_id), plan.model_dump_json())
-        pipe.delete(self._keys.routing_plan(batch_id - PLANS_KEPT))
-        pipe.execute()
+
+        def queue(pipe: Pipeline) -> None:
+            pipe.set(self._keys.routing_plan(batch_id), plan.model_dump_json())
+            pipe.delete(self._keys.routing_plan(batch_id - PLANS_KEPT))
+
+        fenced_write(self._redis, self._fence, queue)
         return plan
 
     def _next_plan(
@@ -212,6 +222,11 @@ class ServiceGraph:
         graphs = self._graphs()
         current = self._current(graphs)
         return plan_batch(batch_id, state, current, routing_swap(swaps), graphs, ahead_after=ahead_after)
+
+    @staticmethod
+    def _cut_due(swap: SwapRecord) -> bool:
+        """A deployed swap waits for its cut, except a recovery, whose cut the executor records."""
+        return swap.state is SwapPhase.DEPLOYED and swap.recovers is None
 
     def _take_cut(self, swap: SwapRecord, state: ServiceState, batch_id: int) -> SwapRecord | None:
         boundary = decide_cut(state, swap)
@@ -382,14 +397,16 @@ class ServiceGraph:
                 return  # a batch was interrupted; Spark replays it first, with its recorded plan
             swaps = self._journal.all()
             swap = active_swap(swaps)
-            if swap is not None and swap.state is SwapPhase.DEPLOYED and self._take_cut(swap, state, next_batch):
+            if swap is not None and self._cut_due(swap) and self._take_cut(swap, state, next_batch):
                 swaps = self._journal.all()
             now = time.monotonic()
             if now - self._last_advance >= TICK_ADVANCE_EVERY_S:
                 self._last_advance = now
                 advanced = self._advance(state, state.last_batch, [], now)
                 if advanced != state:
-                    self._redis.set(self._keys.service, advanced.model_dump_json())
+                    fenced_write(
+                        self._redis, self._fence, lambda pipe: pipe.set(self._keys.service, advanced.model_dump_json())
+                    )
                     state = advanced
             try:
                 plan = self._next_plan(next_batch, state, swaps)
@@ -411,8 +428,7 @@ class ServiceGraph:
         return None if current is None else graphs.get(current.query_id)
 
     def _record(self, before: ServiceState, after: ServiceState, stats: list[PartitionBatchStats]) -> None:
-        pipe = self._redis.pipeline(transaction=True)
-        pipe.set(self._keys.service, after.model_dump_json())
+        counts: dict[str, int] = {}
         # A replayed batch was counted the first time it ran.
         if after.last_batch > before.last_batch:
             counts = {
@@ -420,10 +436,14 @@ class ServiceGraph:
                 "dead_letter_records": sum(s.dead_letter for s in stats),
                 "expired_records": self._expired(before, stats),
             }
+
+        def queue(pipe: Pipeline) -> None:
+            pipe.set(self._keys.service, after.model_dump_json())
             for name, count in counts.items():
                 if count:
                     pipe.hincrby(self._keys.counters, name, count)
-        pipe.execute()
+
+        fenced_write(self._redis, self._fence, queue)
 
     def _expired(self, before: ServiceState, stats: Iterable[PartitionBatchStats]) -> int:
         """Rows deleted by Kafka's retention between the previous batch and this one, never read."""

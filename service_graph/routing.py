@@ -63,7 +63,7 @@ def active_swap(swaps: Iterable[SwapRecord]) -> SwapRecord | None:
 
 
 def failed_after_cut(swap: SwapRecord) -> bool:
-    return swap.state is SwapPhase.FAILED and swap.cut_window_end is not None
+    return swap.failed_after_cut
 
 
 def routing_swap(swaps: Iterable[SwapRecord]) -> SwapRecord | None:
@@ -74,7 +74,7 @@ def routing_swap(swaps: Iterable[SwapRecord]) -> SwapRecord | None:
     for swap in swaps:
         if swap.state.is_past_cut or failed_after_cut(swap):
             chosen = swap
-        elif swap.state is SwapPhase.COMPLETED:
+        elif swap.state in (SwapPhase.COMPLETED, SwapPhase.ROLLED_BACK):
             chosen = None
     return chosen
 
@@ -107,7 +107,8 @@ def plan_batch(
         if target is None or old is None or swap.cut_window_end is None:
             raise NoTargetGraph(f"swap {swap.id} is past its cut but its graphs are not recorded")
         cut = None
-        if swap.state in ROUTES_TO_OLD or failed_after_cut(swap):
+        # A recovery's cut only says where a failed query stopped: no row goes to that query again.
+        if (swap.state in ROUTES_TO_OLD or failed_after_cut(swap)) and swap.recovers is None:
             cut = CutRoute(swap_id=swap.id, boundary=swap.cut_window_end, old_query=old.query_id, old_topic=old.topic)
         return RoutingPlan(
             batch_id=batch_id,

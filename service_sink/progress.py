@@ -20,6 +20,8 @@ import structlog
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
+from contract.errors import ControlStateLost, LeaseLost
+from contract.fence import Fence, fenced_write
 from contract.keys import Keys
 from contract.models import GraphProgress, now_ms
 
@@ -39,9 +41,16 @@ class ProgressReporter(StreamingQueryListener):
     """Reports the progress of the execution graphs whose query names start with `prefix`."""
 
     def __init__(
-        self, spark: SparkSession, client: redis.Redis, keys: Keys, prefix: str, checkpoint_for: CheckpointFor
+        self,
+        spark: SparkSession,
+        client: redis.Redis,
+        keys: Keys,
+        prefix: str,
+        checkpoint_for: CheckpointFor,
+        fence: Fence | None = None,
     ):
         self._spark = spark
+        self._fence = fence  # reports are control state: only the lease holder writes them
         self._redis = client
         self._keys = keys
         self._prefix = prefix
@@ -88,7 +97,11 @@ class ProgressReporter(StreamingQueryListener):
                 }
             )
             self._latest[query_id] = report
-            self._redis.set(self._keys.progress(query_id), report.model_dump_json())
+            try:
+                self._store(report)
+            except (LeaseLost, ControlStateLost) as exc:
+                # The executor's loop sees the same and stops; Spark's listener thread only skips the report.
+                log.debug("progress not reported", query_id=query_id, reason=str(exc))
 
     # -- commit confirmation (executor's loop) ---------------------------------------------
     def confirm_commits(self) -> None:
@@ -104,7 +117,14 @@ class ProgressReporter(StreamingQueryListener):
                     update={"committed_batch": report.batch_id, "committed_watermark": report.watermark}
                 )
                 self._latest[report.query_id] = confirmed
-                self._redis.set(self._keys.progress(report.query_id), confirmed.model_dump_json())
+                self._store(confirmed)
+
+    def _store(self, report: GraphProgress) -> None:
+        fenced_write(
+            self._redis,
+            self._fence,
+            lambda pipe: pipe.set(self._keys.progress(report.query_id), report.model_dump_json()),
+        )
 
     def forget(self, query_id: str) -> None:
         with self._lock:

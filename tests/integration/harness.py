@@ -293,13 +293,20 @@ def run_cli(settings: Settings, *args: str, **env: str) -> subprocess.CompletedP
 class ExecutorProcess:
     """`hotswap run` in a child process, optionally told to crash itself at a crash point."""
 
-    def __init__(self, settings: Settings, query: Path, log_dir: Path, crash_at: str | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        query: Path,
+        log_dir: Path,
+        crash_at: str | None = None,
+        args: tuple[str, ...] = (),
+    ) -> None:
         extra = {CRASH_ENV: crash_at} if crash_at else {}
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / f"executor-{crash_at or 'run'}-{time.monotonic_ns()}.log"
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "executor", "run", "--query", str(query)],
+            [sys.executable, "-m", "executor", "run", "--query", str(query), *args],
             env=settings_env(settings, **extra),
             stdout=self._log,
             stderr=subprocess.STDOUT,

@@ -14,9 +14,10 @@ from contract.keys import Keys
 from contract.models import CurrentQuery, GraphRecord, GraphState, NodePosition, QueryKind, QuerySource, ServiceState
 from contract.settings import Settings
 from execution_graph.validation import QueryShape
+from executor.client import window_owners
 from executor.swap import SwapProtocol
 from executor.transient import TransientErrorsPersisted, retry_transient
-from executor.waits import start_blocker, waiting_for
+from executor.waits import recovered_queries, start_blocker, waiting_for
 
 WINDOWS = {"a": 10_000, "b": 30_000, "c": 20_000}
 
@@ -37,6 +38,12 @@ class FakeGraphs:
     def failure(self, query_id: str) -> str | None:
         return None
 
+    def stop(self, query_id: str) -> None:
+        pass
+
+    def last_commit_watermark(self, query_id: str) -> int | None:
+        return None
+
     def records(self) -> dict[str, GraphRecord]:
         return dict(self.saved)
 
@@ -53,7 +60,10 @@ class FakeGraphs:
         self.current_id = record.query_id
 
     def unique_id(self, name: str, taken: set[str]) -> str:
-        return name
+        n = 1
+        while (f"{name}-{n}" if n > 1 else name) in set(self.saved) | taken:
+            n += 1
+        return f"{name}-{n}" if n > 1 else name
 
     def validate(self, query: QuerySource, running_window_ms: int | None) -> QueryShape:
         return QueryShape(window_ms=WINDOWS[query.name], columns=(), group_columns=())
@@ -199,3 +209,67 @@ def test_a_swap_cut_before_any_event_completes_without_waiting_for_output(world:
     assert journal.get(swap).state is SwapPhase.COMPLETED
     assert graphs.current_id == "b"
     assert graphs.get("a").state is GraphState.RETIRED
+
+
+def test_a_completed_swap_is_rolled_back_by_a_swap_back_and_ends_rolled_back(world: Any) -> None:
+    protocol, journal, graphs = world
+    forward = submit(journal, "b")
+    protocol.step()
+    journal.advance(forward, SwapPhase.CUT, cut_window_end=30_000, cut_batch=3)
+    journal.advance(forward, SwapPhase.DRAINING)
+    journal.advance(forward, SwapPhase.DRAINED)
+    protocol.step()
+    protocol.step()
+    assert journal.get(forward).state is SwapPhase.COMPLETED
+    # What `hotswap rollback` queues: the previous query's text, from the graph record.
+    journal.create(SwapRecord(id="back", to_query="a", source=graphs.get("a").source, rollback_of=forward))
+    protocol.step()
+    assert journal.get("back").from_query == "b"
+    journal.advance("back", SwapPhase.CUT, cut_window_end=60_000, cut_batch=9)
+    journal.advance("back", SwapPhase.DRAINING)
+    journal.advance("back", SwapPhase.DRAINED)
+    for _ in range(3):
+        protocol.step()
+    assert journal.get("back").state is SwapPhase.COMPLETED
+    assert journal.get(forward).state is SwapPhase.ROLLED_BACK
+    assert graphs.current_id == "a-2"  # the previous query's text, as a new graph
+    assert graphs.get("a-2").source == graphs.get("a").source
+    assert window_owners(journal.all(), "a-2") == [
+        {"query_id": "a", "after": None, "through": 30_000},
+        {"query_id": "b", "after": 30_000, "through": 60_000, "swap_id": forward},
+        {"query_id": "a-2", "after": 60_000, "through": None, "swap_id": "back"},
+    ]
+
+
+def test_a_swap_that_failed_after_its_cut_is_rolled_back_on_its_buffer(world: Any) -> None:
+    protocol, journal, graphs = world
+    forward = submit(journal, "b")
+    protocol.step()
+    journal.advance(forward, SwapPhase.CUT, cut_window_end=30_000, cut_batch=3)
+    journal.advance(forward, SwapPhase.FAILED, error="query b kept failing")
+    graphs.save(graphs.get("b").model_copy(update={"state": GraphState.FAILED}))
+    graphs.current_id = "b"
+    graphs.retire("a")  # the old graph emitted its windows through W
+    back = SwapRecord(id="back", to_query="a", source=graphs.get("a").source, rollback_of=forward, recovers=forward)
+    journal.create(back)
+    for _ in range(6):
+        protocol.step()
+    done = journal.get("back")
+    assert done.state is SwapPhase.COMPLETED
+    assert done.from_query == "b"
+    assert done.cut_window_end == 30_000  # b emitted nothing after W: a-2 answers every window after it
+    taking_over = graphs.get("a-2")
+    assert (taking_over.topic, taking_over.start_after) == (graphs.get("b").topic, 30_000)  # b's buffer
+    assert journal.get(forward).state is SwapPhase.ROLLED_BACK
+    assert graphs.current_id == "a-2"
+    assert graphs.get("b").state is GraphState.RETIRED
+
+
+def test_a_failed_query_claimed_by_a_recovery_never_runs_again_unless_the_recovery_ended_before_its_cut() -> None:
+    failed = SwapRecord(id="f", to_query="b", state=SwapPhase.FAILED, cut_window_end=30_000)
+    claiming = SwapRecord(id="r", to_query="a-2", recovers="f", state=SwapPhase.VALIDATED)
+    assert recovered_queries([failed, claiming]) == {"b"}
+    aborted = claiming.model_copy(update={"state": SwapPhase.ABORTED})
+    assert recovered_queries([failed, aborted]) == set()
+    died_after_taking_over = claiming.model_copy(update={"state": SwapPhase.FAILED, "cut_window_end": 30_000})
+    assert recovered_queries([failed, died_after_taking_over]) == {"b"}

@@ -1,0 +1,91 @@
+"""A namespace's record in Redis, and what exists of it elsewhere: checkpoints and topics.
+
+The record is written when the namespace's first executor starts. A namespace whose checkpoints
+or topics exist but whose record does not has lost its control state (Redis was flushed, or an
+empty Redis took its place). Starting over from nothing would reset the watermark, forget the
+swaps and reuse query ids whose old checkpoints still exist, so the executor refuses, and
+`hotswap run --reset-namespace` is the one way forward.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import redis
+import structlog
+
+from contract.errors import ControlStateLost, TimeoutExpired
+from contract.keys import Keys
+from contract.models import NamespaceRecord
+from contract.settings import Settings
+from executor.topics import Topics
+
+log = structlog.get_logger(__name__)
+
+RESET_TIMEOUT_S = 60.0
+
+
+def leftovers(settings: Settings, topics: Topics) -> list[str]:
+    """What of the namespace exists outside Redis, in words."""
+    found = []
+    root = settings.checkpoint_root
+    if root.is_dir() and any(root.iterdir()):
+        found.append(f"checkpoints in {root}")
+    owned = topics.names(settings.namespace_topic_prefix)
+    graphs = [t for t in owned if t.startswith(settings.graph_topic(""))]
+    if graphs:
+        found.append(f"{len(graphs)} graph topic(s) such as {graphs[0]}")
+    return found
+
+
+def has_control_state(client: redis.Redis, keys: Keys) -> bool:
+    return bool(client.exists(keys.current, keys.graphs, keys.swaps, keys.service))
+
+
+def claim(client: redis.Redis, settings: Settings, topics: Topics, holder: str) -> None:
+    """Make sure the namespace has its record, or refuse to start if its control state was lost."""
+    keys = Keys(settings.namespace)
+    if client.exists(keys.namespace_record):
+        return
+    # A namespace from before records existed still has its journal: it only gets its record now.
+    if not has_control_state(client, keys):
+        found = leftovers(settings, topics)
+        if found:
+            raise ControlStateLost(
+                f"namespace {settings.namespace!r} has {' and '.join(found)}, but Redis holds no control state for "
+                "it (flushed, or an empty Redis); nothing was started. To start the namespace over from the source "
+                "topic's first offset, run `hotswap run --reset-namespace --query FILE`"
+            )
+    client.set(keys.namespace_record, NamespaceRecord(created_by=holder).model_dump_json(), nx=True)
+
+
+def reset(client: redis.Redis, settings: Settings, topics: Topics) -> list[str]:
+    """Remove the namespace's Redis keys, checkpoints and owned topics (not the source or results
+    topic). The caller makes sure no executor runs on it. Returns what was removed, in words."""
+    keys = Keys(settings.namespace)
+    removed = []
+    redis_keys = list(client.scan_iter(match=f"{keys.prefix}:*", count=500))
+    if redis_keys:
+        client.delete(*redis_keys)
+        removed.append(f"{len(redis_keys)} Redis key(s)")
+    root = settings.checkpoint_root
+    if root.exists():
+        shutil.rmtree(root)
+        removed.append(f"checkpoints in {root}")
+    owned = topics.names(settings.namespace_topic_prefix)
+    for topic in owned:
+        topics.delete(topic)
+    if owned:
+        # Kafka deletes topics in the background; one created again too soon would vanish with it.
+        deadline = time.monotonic() + RESET_TIMEOUT_S
+        while topics.names(settings.namespace_topic_prefix):
+            if time.monotonic() >= deadline:
+                raise TimeoutExpired(
+                    f"Kafka did not finish deleting the topics {settings.namespace_topic_prefix}* within "
+                    f"{RESET_TIMEOUT_S:.0f}s; run the reset again"
+                )
+            time.sleep(0.5)
+        removed.append(f"{len(owned)} topic(s) {settings.namespace_topic_prefix}*")
+    log.warning("namespace reset", namespace=settings.namespace, removed=removed)
+    return removed

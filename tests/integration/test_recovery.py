@@ -1,0 +1,241 @@
+"""Issue 9: lost control state is refused, never absorbed, and a stalled executor is fenced off."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+import redis
+from pyspark.sql import SparkSession
+
+from contract.journal import SwapRecord
+from contract.keys import Keys
+from contract.settings import Settings
+from executor.client import Client
+from executor.generator import GeneratorSpec
+from service_sink.audit import read_results
+from tests.conftest import wait_until
+from tests.integration.harness import (
+    REPO,
+    ExecutorProcess,
+    Version,
+    assert_invariants,
+    committed_watermark,
+    continuous_load,
+    count_and_total,
+    executor_running,
+    late_event_ids,
+    mean_and_n,
+    peak_and_low,
+    source_events,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+COUNT_10S = REPO / "examples" / "count_per_key.sql"
+MAX_30S = REPO / "examples" / "max_per_key_30s.sql"
+AVERAGE_10S = REPO / "examples" / "average_per_key.py"
+T0 = 1_700_000_000_000
+
+
+def namespace_keys(control: redis.Redis, settings: Settings) -> list[bytes]:
+    return list(control.scan_iter(match=f"{Keys(settings.namespace).prefix}:*"))
+
+
+def test_a_flushed_redis_stops_the_executor_with_one_line_and_reset_starts_over(
+    settings: Settings, client: Client, control: redis.Redis, tmp_path: Path
+) -> None:
+    keys = Keys(settings.namespace)
+    spec = GeneratorSpec(rate=300, keys=3, seed=51, disorder_ms=300, time_scale=10, start_ts=T0)
+    with continuous_load(settings, spec) as stop_load:
+        first = ExecutorProcess(settings, COUNT_10S, tmp_path)
+        try:
+            first.wait_serving(control, keys)
+            wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
+            for key in namespace_keys(control, settings):  # FLUSHALL, as far as this namespace can tell
+                control.delete(key)
+            assert first.wait_exit(60) == 1
+        finally:
+            first.stop()
+        log = first.log_path.read_text()
+        assert "vanished from Redis" in log
+        # Nothing was written from the reset state: not a plan, not a phase, not a report.
+        assert namespace_keys(control, settings) == []
+
+        # A plain restart is refused: the checkpoints and topics are there, the journal is not.
+        refused = ExecutorProcess(settings, COUNT_10S, tmp_path)
+        assert refused.wait_exit(120) == 1
+        refused.stop()
+        assert "--reset-namespace" in refused.log_path.read_text()
+
+        # The documented recovery: start the namespace over from the source's first offset.
+        again = ExecutorProcess(settings, COUNT_10S, tmp_path, args=("--reset-namespace", "--yes"))
+        try:
+            again.wait_serving(control, keys)
+            wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 40_000, 180, "windows again")
+            stop_load.set()
+            closed_until = committed_watermark(client, "count_per_key")
+        finally:
+            again.stop()
+    late = late_event_ids(settings)
+    events = [e for e in source_events(settings) if (e.partition, e.offset) not in late]
+    # Both runs wrote the windows they closed; each (window, key) has one value under one key.
+    versions = [Version("count_per_key", 10_000, count_and_total)]
+    assert_invariants(read_results(settings), events, versions, [], closed_until, allow_redelivery=True)
+
+
+def test_an_executor_stalled_past_its_lease_is_fenced_off_and_exits_when_it_wakes(
+    settings: Settings, client: Client, control: redis.Redis, tmp_path: Path
+) -> None:
+    keys = Keys(settings.namespace)
+    spec = GeneratorSpec(rate=300, keys=3, seed=52, disorder_ms=300, time_scale=10, start_ts=T0)
+    with continuous_load(settings, spec) as stop_load:
+        stalled = ExecutorProcess(settings, COUNT_10S, tmp_path)
+        successor: ExecutorProcess | None = None
+        try:
+            stalled.wait_serving(control, keys)
+            wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
+            stalled.process.send_signal(signal.SIGSTOP)  # a long GC pause, as far as Redis can tell
+            # The successor waits for the stalled executor's lease (6 s here) to expire, then takes over.
+            successor = ExecutorProcess(settings, COUNT_10S, tmp_path)
+            successor.wait_serving(control, keys)
+            stalled.process.send_signal(signal.SIGCONT)
+            assert stalled.wait_exit(60) == 1
+            assert "lost its lease" in stalled.log_path.read_text()
+            holder = control.get(keys.lease)
+            assert isinstance(holder, bytes)
+            assert f":{successor.process.pid}:" in holder.decode()
+
+            swap = client.submit(MAX_30S)
+            done = client.wait_until_done(swap.id, 180)
+            cut = int(done.cut_window_end or 0)
+            wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 30_000, 120, "new windows")
+            stop_load.set()
+            closed_until = committed_watermark(client, "max_per_key_30s")
+        finally:
+            stalled.process.send_signal(signal.SIGCONT)
+            stalled.stop()
+            if successor is not None:
+                successor.stop()
+    late = late_event_ids(settings)
+    events = [e for e in source_events(settings) if (e.partition, e.offset) not in late]
+    versions = [Version("count_per_key", 10_000, count_and_total), Version("max_per_key_30s", 30_000, peak_and_low)]
+    assert_invariants(read_results(settings), events, versions, [cut], closed_until, allow_redelivery=True)
+
+
+def test_a_completed_swap_and_a_running_one_are_rolled_back_under_load(
+    settings: Settings, spark: SparkSession, client: Client
+) -> None:
+    spec = GeneratorSpec(rate=300, keys=3, seed=53, disorder_ms=300, time_scale=10, start_ts=T0)
+    with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as stop_load:
+        wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
+        completed = client.wait_until_done(client.submit(MAX_30S).id, 180)
+        back = client.rollback(completed.id)
+        assert back.to_query == "count_per_key-2"  # the previous query's text, from the journal
+        back_done = client.wait_until_done(back.id, 180)
+
+        running = client.submit(MAX_30S)
+        client.wait_for(running.id, lambda r: r.state.is_past_cut, 120, "the cut")
+        back_again = client.rollback(running.id)  # queued behind the swap it undoes
+        back_again_done = client.wait_until_done(back_again.id, 240)
+        final = back_again_done.to_query
+        last_cut = int(back_again_done.cut_window_end or 0)
+        wait_until(lambda: committed_watermark(client, final) >= last_cut + 30_000, 120, "windows after the rollback")
+        stop_load.set()
+        closed_until = committed_watermark(client, final)
+        status = client.status()
+    swaps = {s["id"]: s for s in status["swaps"]}
+    assert swaps[completed.id]["state"] == "rolled_back"
+    assert swaps[running.id]["state"] == "rolled_back"
+    assert f"rolled back by {back.id}" in swaps[completed.id]["note"]
+    cuts = [int(s["cut_window_end"]) for s in swaps.values()]
+    assert all(cut % 30_000 == 0 for cut in cuts)  # every cut, the rollbacks' included, is window-aligned
+    assert [o["query_id"] for o in status["owners"]] == [
+        "count_per_key",
+        "max_per_key_30s",
+        "count_per_key-2",
+        running.to_query,
+        final,
+    ]
+    versions = [
+        Version("count_per_key", 10_000, count_and_total),
+        Version("max_per_key_30s", 30_000, peak_and_low),
+        Version(back_done.to_query, 10_000, count_and_total),
+        Version(running.to_query, 30_000, peak_and_low),
+        Version(final, 10_000, count_and_total),
+    ]
+    late = late_event_ids(settings)
+    events = [e for e in source_events(settings) if (e.partition, e.offset) not in late]
+    assert_invariants(read_results(settings), events, versions, cuts, closed_until)
+
+
+def broken_query(tmp_path: Path, name: str) -> Path:
+    """A Python query with 10 s windows that fails on every batch with rows, for good."""
+    path = tmp_path / f"{name}.py"
+    path.write_text(
+        """
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+
+def _score(ts):
+    raise RuntimeError("model server unreachable")
+
+
+def query(events: DataFrame) -> DataFrame:
+    score = F.udf(_score, "long")
+    return (
+        events.where(score("ts") >= 0)
+        .groupBy(F.window("event_time", "10 seconds"), "key")
+        .agg(F.count("*").alias("n"), F.sum("value").alias("total"))
+        .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "key", "n",
+                "total")
+    )
+"""
+    )
+    return path
+
+
+def test_a_query_failing_for_good_after_its_cut_is_rolled_back_and_then_fixed_forward_on_its_buffer(
+    settings: Settings, spark: SparkSession, client: Client, tmp_path: Path
+) -> None:
+    spec = GeneratorSpec(rate=300, keys=3, seed=54, disorder_ms=300, time_scale=10, start_ts=T0)
+    failing_fast = settings.model_copy(update={"query_restarts": 1, "query_restart_backoff": "1s"})
+
+    def fails_after_its_cut(query: Path) -> SwapRecord:
+        swap = client.submit(query)
+        return client.wait_for(swap.id, lambda r: r.state.is_terminal, 180, "failed")
+
+    with executor_running(failing_fast, spark, COUNT_10S), continuous_load(settings, spec) as stop_load:
+        wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
+        first = fails_after_its_cut(broken_query(tmp_path, "scored"))
+        assert first.failed_after_cut, first
+        back = client.wait_until_done(client.rollback(first.id).id, 180)
+
+        second = fails_after_its_cut(broken_query(tmp_path, "scored_again"))
+        assert second.failed_after_cut, second
+        fixed = client.wait_until_done(client.submit(AVERAGE_10S, fix=second.id).id, 180)
+        final = fixed.to_query
+        wait_until(lambda: committed_watermark(client, final) >= int(fixed.cut_window_end or 0) + 30_000, 120, "fixed")
+        stop_load.set()
+        closed_until = committed_watermark(client, final)
+        status = client.status()
+    swaps = {s["id"]: s for s in status["swaps"]}
+    assert swaps[first.id]["state"] == "rolled_back"
+    assert back.to_query == "count_per_key-2"
+    assert back.from_query == "scored"
+    assert fixed.from_query == "scored_again"
+    cuts = [int(first.cut_window_end or 0), int(back.cut_window_end or 0)]
+    cuts += [int(second.cut_window_end or 0), int(fixed.cut_window_end or 0)]
+    versions = [
+        Version("count_per_key", 10_000, count_and_total),
+        Version("scored", 10_000, count_and_total),
+        Version("count_per_key-2", 10_000, count_and_total),
+        Version("scored_again", 10_000, count_and_total),
+        Version(final, 10_000, mean_and_n),
+    ]
+    late = late_event_ids(settings)
+    events = [e for e in source_events(settings) if (e.partition, e.offset) not in late]
+    # Every window after each W is answered once: by whoever took over the failed query's buffer.
+    assert_invariants(read_results(settings), events, versions, cuts, closed_until)

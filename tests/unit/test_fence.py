@@ -1,0 +1,129 @@
+"""The lease as a fence, lost control state, and taking over a dead executor's lease (fakeredis)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import fakeredis
+import pytest
+
+from contract.errors import ControlStateLost, LeaseLost
+from contract.fence import Fence, fenced_write
+from contract.journal import Journal, SwapPhase, SwapRecord
+from contract.keys import Keys
+from contract.models import GraphRecord, QueryKind, QuerySource, new_spark_query_id
+from contract.settings import Settings
+from execution_graph.errors import GraphStartFailed
+from execution_graph.graph import claim_checkpoint
+from executor.lease import Lease, holder_is_dead, process_space
+from executor.namespace import claim, reset
+
+KEYS = Keys("unit")
+
+
+class NoTopics:
+    def names(self, prefix: str) -> list[str]:
+        return []
+
+    def delete(self, topic: str) -> None:
+        raise AssertionError("no topic to delete")
+
+
+def holding(client: fakeredis.FakeRedis, holder: str = "host:1:a") -> Fence:
+    client.set(KEYS.lease, holder)
+    client.set(KEYS.namespace_record, "{}")
+    return Fence(KEYS, holder)
+
+
+def test_a_writer_that_holds_the_lease_advances_a_swap() -> None:
+    client = fakeredis.FakeRedis()
+    journal = Journal(client, KEYS, holding(client))
+    journal.create(SwapRecord(id="s", to_query="b"))
+    assert journal.advance("s", SwapPhase.VALIDATED) is not None
+
+
+def test_a_writer_whose_lease_was_taken_over_writes_nothing() -> None:
+    client = fakeredis.FakeRedis()
+    journal = Journal(client, KEYS, holding(client))
+    journal.create(SwapRecord(id="s", to_query="b"))
+    client.set(KEYS.lease, "host:2:b")  # another executor took over
+    with pytest.raises(LeaseLost, match="lost its lease"):
+        journal.advance("s", SwapPhase.VALIDATED)
+    with pytest.raises(LeaseLost):
+        fenced_write(client, Fence(KEYS, "host:1:a"), lambda pipe: pipe.set(KEYS.current, "x"))
+    assert journal.get("s").state is SwapPhase.SUBMITTED
+    assert client.get(KEYS.current) is None
+
+
+def test_a_flushed_redis_is_detected_and_not_written_to() -> None:
+    client = fakeredis.FakeRedis()
+    fence = holding(client)
+    client.flushall()
+    client.set(KEYS.lease, fence.token)  # the heartbeat takes a vanished lease back
+    with pytest.raises(ControlStateLost, match="vanished from Redis"):
+        fenced_write(client, fence, lambda pipe: pipe.set(KEYS.service, "{}"))
+    assert client.get(KEYS.service) is None
+
+
+def test_a_namespace_with_checkpoints_but_no_control_state_is_refused(tmp_path: Path) -> None:
+    settings = Settings(namespace="unit", home=tmp_path)
+    settings.checkpoint_dir("service").mkdir(parents=True)
+    client = fakeredis.FakeRedis()
+    with pytest.raises(ControlStateLost, match="--reset-namespace"):
+        claim(client, settings, NoTopics(), "host:1:a")  # type: ignore[arg-type]
+    assert not client.exists(KEYS.namespace_record)
+    assert reset(client, settings, NoTopics()) == [f"checkpoints in {settings.checkpoint_root}"]  # type: ignore[arg-type]
+    claim(client, settings, NoTopics(), "host:1:a")  # type: ignore[arg-type]
+    assert client.exists(KEYS.namespace_record)
+
+
+def test_a_namespace_from_before_records_keeps_its_journal(tmp_path: Path) -> None:
+    settings = Settings(namespace="unit", home=tmp_path)
+    settings.checkpoint_dir("service").mkdir(parents=True)
+    client = fakeredis.FakeRedis()
+    client.set(KEYS.current, '{"query_id": "a", "started_at": 1}')
+    claim(client, settings, NoTopics(), "host:1:a")  # type: ignore[arg-type]
+    assert client.exists(KEYS.namespace_record)
+
+
+def test_only_a_process_of_this_host_that_has_exited_is_provably_dead() -> None:
+    exited = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
+    host, space = socket.gethostname(), process_space()
+    assert holder_is_dead(f"{host}:{int(exited.stdout)}:x:{space}")
+    assert not holder_is_dead(f"{host}:{os.getpid()}:x:{space}")
+    assert not holder_is_dead(f"{host}:{os.getppid()}:x:{space}")
+    assert not holder_is_dead(f"elsewhere:{int(exited.stdout)}:x:{space}")
+    assert not holder_is_dead(f"{host}:{int(exited.stdout)}:x:another-container")
+    assert not holder_is_dead("garbage")
+
+
+def test_the_lease_of_a_dead_executor_is_taken_over_at_once() -> None:
+    exited = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
+    client = fakeredis.FakeRedis()
+    client.set(KEYS.lease, f"{socket.gethostname()}:{int(exited.stdout)}:x:{process_space()}", px=15_000)
+    lease = Lease(client, KEYS.lease)
+    lease.acquire(wait_s=0)  # no waiting: the holder has exited
+    try:
+        assert client.get(KEYS.lease) == lease.token.encode()
+    finally:
+        lease.release()
+
+
+def test_a_graph_resumes_only_the_checkpoint_made_for_it(tmp_path: Path) -> None:
+    record = GraphRecord(
+        query_id="a",
+        source=QuerySource(name="a", kind=QueryKind.SQL, text="--"),
+        window_ms=10_000,
+        topic="t",
+        spark_query_id=new_spark_query_id(),
+    )
+    checkpoint = tmp_path / "graph-a"
+    claim_checkpoint(checkpoint, record)  # first start: the id is written before Spark runs
+    claim_checkpoint(checkpoint, record)  # a restart finds its own id
+    stranger = record.model_copy(update={"spark_query_id": new_spark_query_id()})
+    with pytest.raises(GraphStartFailed, match="--reset-namespace"):
+        claim_checkpoint(checkpoint, stranger)
