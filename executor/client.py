@@ -14,7 +14,7 @@ from redis.retry import Retry
 from contract.errors import ConfigError, TimeoutExpired
 from contract.journal import Journal, SwapPhase, SwapRecord
 from contract.keys import Keys
-from contract.models import ExecutorRecord, GraphState
+from contract.models import ExecutorRecord, GraphRecord, GraphState
 from contract.records import read_counters, read_current, read_graphs, read_service_state
 from contract.settings import Settings
 from execution_graph.user_query import load_query_source
@@ -52,6 +52,13 @@ def redis_client(settings: Settings, retries: int = 40) -> redis.Redis:
     )
 
 
+def _failed_for_good_after_cut(swap: SwapRecord, graph: GraphRecord | None) -> bool:
+    """The swap's new query failed for good after its cut: during the drain (the swap failed) or
+    once the swap had completed. Its rows wait in its topic for a successor to take over."""
+    past_cut = swap.failed_after_cut or swap.state is SwapPhase.COMPLETED
+    return past_cut and graph is not None and graph.state is GraphState.FAILED
+
+
 class Client:
     def __init__(self, settings: Settings, client: redis.Redis | None = None) -> None:
         self.settings = settings
@@ -77,7 +84,7 @@ class Client:
         """The swap, if its new query failed for good after its cut and nothing took it over yet."""
         swap = self.journal.get(swap_id)
         graph = read_graphs(self._redis, self._keys).get(swap.to_query)
-        if not swap.failed_after_cut or graph is None or graph.state is not GraphState.FAILED:
+        if not _failed_for_good_after_cut(swap, graph):
             raise ExecutorError(
                 f"swap {swap_id} is {swap.state} and its query {swap.to_query} is "
                 f"{graph.state if graph else 'unknown'}; only a query that failed for good after its cut can be {what}"
@@ -105,8 +112,7 @@ class Client:
         if swap.state is SwapPhase.ROLLED_BACK:
             raise ExecutorError(f"swap {swap_id} is already rolled back")
         recovers = None
-        failed_graph = read_graphs(self._redis, self._keys).get(swap.to_query)
-        if swap.failed_after_cut and failed_graph is not None and failed_graph.state is GraphState.FAILED:
+        if _failed_for_good_after_cut(swap, read_graphs(self._redis, self._keys).get(swap.to_query)):
             # The previous query takes over the failed one's buffer, from where it stopped.
             self._failed_after_cut(swap_id, "rolled back")
             recovers = swap_id

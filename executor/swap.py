@@ -279,8 +279,10 @@ class SwapProtocol:
         new = self._graphs.get(swap.to_query)
         if new is not None:
             self._graphs.set_current(new)
-        self._journal.advance(swap.id, SwapPhase.COMPLETED)
+        completed = self._journal.advance(swap.id, SwapPhase.COMPLETED)
         bound.info("swap completed", from_query=swap.from_query, cut_window_end=swap.cut_window_end)
+        if completed is not None and completed.rollback_of is not None:
+            self._mark_rolled_back(completed, self._journal.all())  # in the same step: no window without it
 
     def _mark_rolled_back(self, rollback: SwapRecord, swaps: list[SwapRecord]) -> None:
         """The swap a completed rollback undid ends `rolled_back` (done here, every step, so a crash
@@ -322,10 +324,15 @@ class SwapProtocol:
         in its topic and the old graph keeps its windows up to W."""
         swaps = self._journal.all()
         for record, reason in failed:
+            deployed_by = next((s.id for s in reversed(swaps) if s.to_query == record.query_id), None)
+            way_out = (
+                f"`hotswap rollback {deployed_by}` or `hotswap submit FILE --fix {deployed_by}` takes it over"
+                if deployed_by is not None
+                else "fix the cause, then restart `hotswap run` to resume it from its checkpoint"
+            )
             message = (
                 f"query {record.query_id} kept failing after {self._settings.query_restarts} restarts ({reason}); "
-                f"its input waits in topic {record.topic}. Fix the cause, then restart `hotswap run` to resume it "
-                "from its checkpoint"
+                f"its input waits in topic {record.topic}: {way_out}"
             )
             swap = next(
                 (
