@@ -25,15 +25,15 @@ from pyspark.sql import SparkSession
 
 from contract.settings import Settings
 from execution_graph.user_query import apply_query, load_query_source
-from executor.client import Client, redis_client
-from executor.controller import Executor
-from executor.generator import GeneratorSpec, produce
+from executor.control.controller import Executor
+from executor.control.spark_session import build_spark_session
+from executor.control.topics import Topics
 from executor.logs import configure_logging
-from executor.spark_session import build_spark_session
+from executor.operator.client import Client, redis_client
 from executor.stack import EmbeddedStack
-from executor.topics import Topics
 from service_sink.progress import parse_spark_time
 from service_sink.results import ResultWriter
+from tools.generator import GeneratorSpec, produce
 
 REPO = Path(__file__).resolve().parents[1]
 HOME = REPO / ".hotswap" / "bench"

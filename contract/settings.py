@@ -52,7 +52,7 @@ class Settings(BaseSettings):
     kafka_heap: str = "384m"
     redis_port: int = 6379
 
-    # Spark: the session is built in one place (executor.spark_session) from these.
+    # Spark: the session is built in one place (executor.control.spark_session) from these.
     spark_master: str = "local[2]"
     spark_driver_memory: str = "1g"
     spark_conf: dict[str, str] = Field(default_factory=dict)

@@ -1,5 +1,5 @@
 """`python -m executor` is the `hotswap` command."""
 
-from executor.cli import main
+from executor.operator.cli import main
 
 main()

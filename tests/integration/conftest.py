@@ -20,8 +20,8 @@ import redis
 from pyspark.sql import SparkSession
 
 from contract.settings import Settings
-from executor.client import Client, redis_client
-from executor.spark_session import build_spark_session
+from executor.control.spark_session import build_spark_session
+from executor.operator.client import Client, redis_client
 from executor.stack import EmbeddedStack
 
 REPO = Path(__file__).resolve().parents[2]

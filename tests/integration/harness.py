@@ -23,11 +23,11 @@ from contract.faults import CRASH_ENV
 from contract.keys import Keys
 from contract.settings import Settings
 from execution_graph.user_query import load_query_source
-from executor.client import Client, redis_client
-from executor.controller import Executor
-from executor.generator import GeneratorSpec, produce
+from executor.control.controller import Executor
+from executor.operator.client import Client, redis_client
 from service_sink.audit import Result, read_topic_records
 from tests.conftest import wait_until
+from tools.generator import GeneratorSpec, produce
 
 REPO = Path(__file__).resolve().parents[2]
 QUERIES = Path(__file__).resolve().parent / "queries"

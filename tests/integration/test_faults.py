@@ -15,9 +15,8 @@ from contract.journal import SwapPhase, SwapRecord
 from contract.keys import Keys
 from contract.settings import Settings
 from execution_graph.user_query import load_query_source
-from executor.client import Client
 from executor.errors import SubmitRejected
-from executor.generator import GeneratorSpec
+from executor.operator.client import Client
 from executor.stack import EmbeddedStack
 from service_sink.audit import read_results
 from tests.conftest import wait_until
@@ -39,6 +38,7 @@ from tests.integration.harness import (
     slow_to_deploy,
     source_events,
 )
+from tools.generator import GeneratorSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

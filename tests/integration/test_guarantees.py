@@ -19,9 +19,8 @@ from pyspark.sql import SparkSession
 
 from contract.journal import SwapPhase, SwapRecord
 from contract.settings import Settings
-from executor.client import Client
-from executor.generator import GeneratorSpec
-from executor.topics import Topics
+from executor.control.topics import Topics
+from executor.operator.client import Client
 from service_sink.audit import read_results
 from tests.conftest import wait_until
 from tests.integration.harness import (
@@ -38,6 +37,7 @@ from tests.integration.harness import (
     slow_to_deploy,
     source_events,
 )
+from tools.generator import GeneratorSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

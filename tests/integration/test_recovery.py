@@ -12,8 +12,7 @@ from pyspark.sql import SparkSession
 from contract.journal import SwapRecord
 from contract.keys import Keys
 from contract.settings import Settings
-from executor.client import Client
-from executor.generator import GeneratorSpec
+from executor.operator.client import Client
 from service_sink.audit import read_results
 from tests.conftest import wait_until
 from tests.integration.harness import (
@@ -30,6 +29,7 @@ from tests.integration.harness import (
     peak_and_low,
     source_events,
 )
+from tools.generator import GeneratorSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -10,7 +10,7 @@ import redis
 from pydantic import SecretStr
 
 from contract.settings import Settings
-from executor.client import Client, redis_client
+from executor.operator.client import Client, redis_client
 from tests.integration.harness import run_cli
 
 pytestmark = [pytest.mark.integration]

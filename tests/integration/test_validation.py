@@ -21,7 +21,7 @@ from execution_graph.errors import QueryRejected
 from execution_graph.graph import events_stream
 from execution_graph.user_query import apply_query, load_query_source
 from execution_graph.validation import QueryShape, validate_query
-from executor.topics import Topics
+from executor.control.topics import Topics
 from tests.integration.conftest import JARS, Services
 from tests.integration.harness import QUERIES, REPO
 

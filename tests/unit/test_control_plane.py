@@ -14,10 +14,10 @@ from contract.keys import Keys
 from contract.models import CurrentQuery, GraphRecord, GraphState, NodePosition, QueryKind, QuerySource, ServiceState
 from contract.settings import Settings
 from execution_graph.validation import QueryShape
-from executor.client import window_owners
-from executor.swap import SwapProtocol
-from executor.transient import TransientErrorsPersisted, retry_transient
-from executor.waits import recovered_queries, start_blocker, waiting_for
+from executor.control.swap import SwapProtocol
+from executor.control.transient import TransientErrorsPersisted, retry_transient
+from executor.control.waits import recovered_queries, start_blocker, waiting_for
+from executor.operator.client import window_owners
 
 WINDOWS = {"a": 10_000, "b": 30_000, "c": 20_000}
 
@@ -27,7 +27,7 @@ def source(name: str) -> QuerySource:
 
 
 class FakeGraphs:
-    """The part of executor.graphs.Graphs that the swap protocol uses, kept in a dict."""
+    """The part of executor.control.graphs.Graphs that the swap protocol uses, kept in a dict."""
 
     def __init__(self) -> None:
         self.saved: dict[str, GraphRecord] = {}

@@ -19,8 +19,8 @@ from contract.models import GraphRecord, QueryKind, QuerySource, new_spark_query
 from contract.settings import Settings
 from execution_graph.errors import GraphStartFailed
 from execution_graph.graph import claim_checkpoint
-from executor.lease import Lease, holder_is_dead, process_space
-from executor.namespace import claim, reset
+from executor.control.lease import Lease, holder_is_dead, process_space
+from executor.control.namespace import claim, reset
 
 KEYS = Keys("unit")
 

@@ -6,9 +6,9 @@ from contract.errors import ConfigError
 from contract.models import GraphProgress, NodePosition, RoutingPlan, ServiceState
 from execution_graph.errors import QueryRejected
 from execution_graph.validation import check_cuttable
-from executor.generator import GeneratorSpec, events
 from service_sink.audit import Result, audit
 from service_sink.progress import parse_spark_time
+from tools.generator import GeneratorSpec, events
 
 
 def test_models_round_trip_through_json() -> None:

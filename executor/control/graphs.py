@@ -20,7 +20,7 @@ from contract.records import read_current, read_graphs
 from contract.settings import Settings
 from execution_graph.graph import GraphRunner, events_stream
 from execution_graph.validation import QueryShape, validate_query
-from executor.topics import Topics
+from executor.control.topics import Topics
 from service_sink.results import ResultWriter
 
 log = structlog.get_logger(__name__)

@@ -17,8 +17,8 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPart
 
 from contract.errors import TimeoutExpired
 from contract.settings import Settings
+from executor.control.transient import retry_transient
 from executor.errors import ExecutorError
-from executor.transient import retry_transient
 
 log = structlog.get_logger(__name__)
 

@@ -19,7 +19,7 @@ from contract.errors import ControlStateLost, TimeoutExpired
 from contract.keys import Keys
 from contract.models import NamespaceRecord
 from contract.settings import Settings
-from executor.topics import Topics
+from executor.control.topics import Topics
 
 log = structlog.get_logger(__name__)
 

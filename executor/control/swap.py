@@ -29,8 +29,8 @@ from contract.windows import format_duration_ms, reached_cut, window_start
 from execution_graph.errors import QueryRejected
 from execution_graph.user_query import first_line
 from execution_graph.validation import check_cuttable
-from executor.graphs import Graphs
-from executor.waits import clock, start_blocker
+from executor.control.graphs import Graphs
+from executor.control.waits import clock, start_blocker
 from service_sink.progress import ProgressReporter, read_progress
 
 log = structlog.get_logger(__name__)

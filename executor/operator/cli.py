@@ -168,10 +168,10 @@ def run(
     """Run the executor in the foreground (Ctrl-C stops it; a restart resumes)."""
     from contract.keys import Keys
     from execution_graph.user_query import load_query_source
-    from executor.client import redis_client
-    from executor.controller import Executor
-    from executor.lease import Lease
-    from executor.spark_session import build_spark_session
+    from executor.control.controller import Executor
+    from executor.control.lease import Lease
+    from executor.control.spark_session import build_spark_session
+    from executor.operator.client import redis_client
     from executor.stack import EmbeddedStack
 
     settings = ctx.obj.settings(
@@ -188,8 +188,8 @@ def run(
     client = redis_client(settings)
     Lease(client, Keys(settings.namespace).lease, settings.lease_ttl_ms).wait_until_free(settings.lease_wait_s)
     if reset_namespace:
-        from executor.namespace import reset
-        from executor.topics import Topics
+        from executor.control.namespace import reset
+        from executor.control.topics import Topics
 
         if not yes:
             typer.confirm(
@@ -229,7 +229,7 @@ def submit(
     namespace: NamespaceOpt = None,
 ) -> None:
     """Submit a replacement query. Prints the swap id; a rejected query prints the reason."""
-    from executor.client import Client
+    from executor.operator.client import Client
 
     client = Client(ctx.obj.settings(namespace=namespace))
     swap = client.submit(file, name, fix=fix)
@@ -247,7 +247,7 @@ def abort(
     namespace: NamespaceOpt = None,
 ) -> None:
     """Abort a swap that has not been cut yet; the running query keeps serving."""
-    from executor.client import Client
+    from executor.operator.client import Client
 
     record = Client(ctx.obj.settings(namespace=namespace)).abort(swap_id)
     typer.echo(f"aborted {record.id}")
@@ -264,7 +264,7 @@ def rollback(
 ) -> None:
     """Undo a swap: before its cut, abort it; after it, swap back to the previous query at the next boundary."""
     from contract.journal import SwapPhase
-    from executor.client import Client
+    from executor.operator.client import Client
 
     client = Client(ctx.obj.settings(namespace=namespace))
     record = client.rollback(swap_id)
@@ -285,7 +285,7 @@ def status(
     namespace: NamespaceOpt = None,
 ) -> None:
     """The current query, swaps with their phases, the service graph's windows and watermark."""
-    from executor.client import Client
+    from executor.operator.client import Client
 
     doc = Client(ctx.obj.settings(namespace=namespace)).status()
     if as_json:
@@ -357,7 +357,7 @@ def generate(
     time_scale: Annotated[float, typer.Option(help="Event time runs this much faster than the clock.")] = 1.0,
 ) -> None:
     """Write seeded JSON events {key, value, ts} to the source topic."""
-    from executor.generator import GeneratorReport, GeneratorSpec, produce
+    from tools.generator import GeneratorReport, GeneratorSpec, produce
 
     settings = ctx.obj.settings()
     spec = GeneratorSpec(
@@ -393,7 +393,7 @@ def demo(
     keep_stack: Annotated[bool, typer.Option(help="Leave the stack running afterwards.")] = False,
 ) -> None:
     """Start everything, stream events, swap the query live, and check the results."""
-    from executor.demo import run_demo
+    from tools.demo import run_demo
 
     ok = run_demo(ctx.obj, console, query, replacement, duration, swap_after, keep_stack)
     raise typer.Exit(0 if ok else 1)

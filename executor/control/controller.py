@@ -27,13 +27,13 @@ from contract.models import (
 from contract.settings import Settings
 from execution_graph.graph import query_name as graph_query_name
 from execution_graph.user_query import first_line
+from executor.control.graphs import Graphs
+from executor.control.lease import Lease
+from executor.control.namespace import claim
+from executor.control.swap import SwapProtocol
+from executor.control.topics import Topics
+from executor.control.waits import recovered_queries
 from executor.errors import ExecutorError, LeaseHeld
-from executor.graphs import Graphs
-from executor.lease import Lease
-from executor.namespace import claim
-from executor.swap import SwapProtocol
-from executor.topics import Topics
-from executor.waits import recovered_queries
 from service_graph.errors import ServiceGraphError
 from service_graph.query import ServiceGraph
 from service_sink.progress import ProgressReporter

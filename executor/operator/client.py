@@ -18,8 +18,8 @@ from contract.models import ExecutorRecord, GraphRecord, GraphState
 from contract.records import read_counters, read_current, read_graphs, read_service_state
 from contract.settings import Settings
 from execution_graph.user_query import load_query_source
+from executor.control.waits import clock, start_blocker, waiting_for
 from executor.errors import ExecutorError, SubmitRejected, SwapFailed
-from executor.waits import clock, start_blocker, waiting_for
 from service_sink.progress import read_progress
 
 ABORTABLE = (SwapPhase.SUBMITTED, SwapPhase.VALIDATED, SwapPhase.DEPLOYED)

@@ -21,12 +21,12 @@ from contract.journal import SwapPhase
 from contract.models import now_ms
 from contract.settings import Settings
 from execution_graph.user_query import load_query_source
-from executor.client import Client, redis_client
-from executor.controller import Executor
-from executor.generator import GeneratorSpec, produce
-from executor.spark_session import build_spark_session
+from executor.control.controller import Executor
+from executor.control.spark_session import build_spark_session
+from executor.operator.client import Client, redis_client
 from executor.stack import EmbeddedStack
 from service_sink.audit import Result, audit, read_results
+from tools.generator import GeneratorSpec, produce
 
 TIME_SCALE = 5.0  # event time runs 5x faster than the clock: a 10 s window closes every 2 s
 

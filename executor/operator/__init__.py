@@ -1,0 +1,1 @@
+"""The operator surface: the `hotswap` command line and the client it drives."""

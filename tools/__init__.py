@@ -1,0 +1,1 @@
+"""Tools around hotswap: the demo and the event generator it runs."""
