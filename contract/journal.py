@@ -19,6 +19,9 @@ from contract.models import QuerySource, Record, now_ms
 
 
 class SwapPhase(StrEnum):
+    """A swap's phases. Every question about a phase (is it terminal, is it past the cut, where can
+    it go next) is answered here and nowhere else; docs/architecture.md draws the machine."""
+
     SUBMITTED = "submitted"
     VALIDATED = "validated"
     DEPLOYED = "deployed"
@@ -34,19 +37,52 @@ class SwapPhase(StrEnum):
 
     @property
     def is_terminal(self) -> bool:
-        return self in TERMINAL_PHASES
+        """Nothing more happens to the swap itself (a rollback may still relabel it `rolled_back`)."""
+        return self in _TERMINAL
+
+    @property
+    def is_before_cut(self) -> bool:
+        """Not terminal and not cut yet: the old query still owns every window, so abort is safe."""
+        return self in _BEFORE_CUT
 
     @property
     def is_past_cut(self) -> bool:
         """From the cut on, the swap can only go forward: a recorded cut is never re-decided."""
-        return self in (SwapPhase.CUT, SwapPhase.DRAINING, SwapPhase.DRAINED, SwapPhase.RETIRED)
+        return self in _PAST_CUT
+
+    @property
+    def is_draining(self) -> bool:
+        """Past the cut, with the old graph still emitting its windows up to W."""
+        return self in _DRAINING
+
+    @property
+    def is_in_flight(self) -> bool:
+        """Validated and not terminal: the swap holds its place as the one in progress."""
+        return not self.is_terminal and self is not SwapPhase.SUBMITTED
+
+    @property
+    def is_done(self) -> bool:
+        """The swap completed (and may have been rolled back since): its new query served."""
+        return self in (SwapPhase.COMPLETED, SwapPhase.ROLLED_BACK)
+
+    @property
+    def next_phases(self) -> frozenset[SwapPhase]:
+        return _NEXT.get(self, frozenset())
+
+    def can_become(self, target: SwapPhase) -> bool:
+        return target in self.next_phases
 
 
-TERMINAL_PHASES = frozenset(
+_TERMINAL = frozenset(
     {SwapPhase.COMPLETED, SwapPhase.FAILED, SwapPhase.REJECTED, SwapPhase.ABORTED, SwapPhase.ROLLED_BACK}
 )
+_BEFORE_CUT = frozenset({SwapPhase.SUBMITTED, SwapPhase.VALIDATED, SwapPhase.DEPLOYED})
+_DRAINING = frozenset({SwapPhase.CUT, SwapPhase.DRAINING, SwapPhase.DRAINED})
+_PAST_CUT = _DRAINING | {SwapPhase.RETIRED}
 
-LEGAL_TRANSITIONS: dict[SwapPhase, frozenset[SwapPhase]] = {
+# The one table of legal moves. Before the cut a swap can still fail or be aborted; after it, it
+# can only go forward or fail (routing keeps W either way).
+_NEXT: dict[SwapPhase, frozenset[SwapPhase]] = {
     SwapPhase.SUBMITTED: frozenset({SwapPhase.VALIDATED, SwapPhase.REJECTED, SwapPhase.ABORTED}),
     SwapPhase.VALIDATED: frozenset({SwapPhase.DEPLOYED, SwapPhase.FAILED, SwapPhase.ABORTED}),
     SwapPhase.DEPLOYED: frozenset({SwapPhase.CUT, SwapPhase.FAILED, SwapPhase.ABORTED}),
@@ -69,7 +105,7 @@ class UnknownSwap(HotswapError):
 
 
 def check_transition(current: SwapPhase, target: SwapPhase) -> None:
-    if target not in LEGAL_TRANSITIONS.get(current, frozenset()):
+    if not current.can_become(target):
         raise IllegalTransition(f"swap cannot go from {current} to {target}")
 
 
@@ -102,6 +138,13 @@ class SwapRecord(Record):
         """Failed with its cut recorded: routing keeps that cut, and its new query's rows wait in its topic."""
         return self.state is SwapPhase.FAILED and self.cut_window_end is not None
 
+    @property
+    def ended_before_cut(self) -> bool:
+        """Rejected, aborted, or failed before a cut was recorded: the old query never gave up a window."""
+        return self.state in (SwapPhase.REJECTED, SwapPhase.ABORTED) or (
+            self.state is SwapPhase.FAILED and self.cut_window_end is None
+        )
+
     def advanced(self, target: SwapPhase, *, error: str | None = None, **changes: object) -> SwapRecord:
         """This record moved to `target`; raises IllegalTransition if that move is not allowed."""
         check_transition(self.state, target)
@@ -109,7 +152,7 @@ class SwapRecord(Record):
         update: dict[str, object] = {"state": target, "phases": (*self.phases, entry), **changes}
         if error is not None:
             update["error"] = error
-        return self.model_copy(update=update)
+        return self.changed(**update)
 
 
 class Journal:
@@ -121,7 +164,7 @@ class Journal:
         self._fence = fence  # set for an executor: its writes need the lease (contract.fence)
 
     def create(self, record: SwapRecord) -> SwapRecord:
-        first = record.model_copy(update={"phases": (PhaseEntry(name=SwapPhase.SUBMITTED, at=now_ms()),)})
+        first = record.changed(phases=(PhaseEntry(name=SwapPhase.SUBMITTED, at=now_ms()),))
         pipe = self._redis.pipeline(transaction=True)
         pipe.set(self._keys.swap(record.id), first.model_dump_json())
         pipe.rpush(self._keys.swaps, record.id)
@@ -171,7 +214,7 @@ class Journal:
 
     def update(self, swap_id: str, **changes: object) -> SwapRecord | None:
         """Change fields other than the phase (for example `markers_written`)."""
-        return self._compare_and_set(swap_id, lambda record: record.model_copy(update=changes))
+        return self._compare_and_set(swap_id, lambda record: record.changed(**changes))
 
     def _compare_and_set(self, swap_id: str, change: Callable[[SwapRecord], SwapRecord | None]) -> SwapRecord | None:
         key = self._keys.swap(swap_id)

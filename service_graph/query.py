@@ -45,7 +45,6 @@ from service_graph.routing import (
     advance_state,
     decide_cut,
     expired_rows,
-    failed_after_cut,
     graph_markers,
     plan_batch,
     routing_swap,
@@ -474,7 +473,7 @@ class ServiceGraph:
         markers = graph_markers(plan, state.watermark)
         self._write_markers([m for m in markers if self._marked.get(m.topic) != m.watermark])
         # A swap that failed after its cut still gets its markers: the old graph must finish.
-        needs_note = swap is not None and (swap.state is SwapPhase.DRAINING or failed_after_cut(swap))
+        needs_note = swap is not None and (swap.state is SwapPhase.DRAINING or swap.failed_after_cut)
         if swap is not None and needs_note and not swap.markers_written:
             self._journal.update(swap.id, markers_written=True)
             log.info("end-of-window marker written", swap_id=swap.id, query_id=swap.from_query)

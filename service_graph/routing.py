@@ -17,7 +17,6 @@ from contract.windows import cut_boundary
 from service_graph.errors import NoTargetGraph
 
 # Phases in which rows before the cut still flow to the old graph.
-ROUTES_TO_OLD = frozenset({SwapPhase.CUT, SwapPhase.DRAINING, SwapPhase.DRAINED})
 
 
 @dataclass(frozen=True)
@@ -57,13 +56,9 @@ class Marker:
 def active_swap(swaps: Iterable[SwapRecord]) -> SwapRecord | None:
     """The one swap in progress past validation, if any (swaps run one at a time, in order)."""
     for swap in swaps:
-        if not swap.state.is_terminal and swap.state not in (SwapPhase.SUBMITTED, SwapPhase.VALIDATED):
+        if swap.state.is_in_flight and swap.state is not SwapPhase.VALIDATED:
             return swap
     return None
-
-
-def failed_after_cut(swap: SwapRecord) -> bool:
-    return swap.failed_after_cut
 
 
 def routing_swap(swaps: Iterable[SwapRecord]) -> SwapRecord | None:
@@ -72,9 +67,9 @@ def routing_swap(swaps: Iterable[SwapRecord]) -> SwapRecord | None:
     windows after W (their rows wait in its topic) and the old graph those up to W."""
     chosen: SwapRecord | None = None
     for swap in swaps:
-        if swap.state.is_past_cut or failed_after_cut(swap):
+        if swap.state.is_past_cut or swap.failed_after_cut:
             chosen = swap
-        elif swap.state in (SwapPhase.COMPLETED, SwapPhase.ROLLED_BACK):
+        elif swap.state.is_done:
             chosen = None
     return chosen
 
@@ -101,14 +96,14 @@ def plan_batch(
     `ahead_after` is the latest event time routed as data; later ones are dead-lettered.
     """
     late_before = state.watermark
-    if swap is not None and (swap.state.is_past_cut or failed_after_cut(swap)):
+    if swap is not None and (swap.state.is_past_cut or swap.failed_after_cut):
         target = graphs.get(swap.to_query)
         old = graphs.get(swap.from_query or "")
         if target is None or old is None or swap.cut_window_end is None:
             raise NoTargetGraph(f"swap {swap.id} is past its cut but its graphs are not recorded")
         cut = None
         # A recovery's cut only says where a failed query stopped: no row goes to that query again.
-        if (swap.state in ROUTES_TO_OLD or failed_after_cut(swap)) and swap.recovers is None:
+        if (swap.state.is_draining or swap.failed_after_cut) and swap.recovers is None:
             cut = CutRoute(swap_id=swap.id, boundary=swap.cut_window_end, old_query=old.query_id, old_topic=old.topic)
         return RoutingPlan(
             batch_id=batch_id,
@@ -193,7 +188,7 @@ def advance_state(
             offset=max(old.offset, s.max_offset),
             last_data_at=now_ms if brought_rows else old.last_data_at,
         )
-    partitions = {p: n.model_copy(update={"idle": p in idleness.idle}) for p, n in partitions.items()}
+    partitions = {p: n.changed(idle=p in idleness.idle) for p, n in partitions.items()}
     return ServiceState(
         last_batch=max(state.last_batch, batch_id),
         watermark=service_watermark(partitions, state.watermark, lateness_ms, idleness),

@@ -87,14 +87,12 @@ class ProgressReporter(StreamingQueryListener):
         watermark = parse_spark_time(progress.eventTime.get("watermark")) if progress.eventTime else None
         with self._lock:
             before = self._latest.get(query_id) or self._stored(query_id) or GraphProgress(query_id=query_id)
-            report = before.model_copy(
-                update={
-                    "batch_id": int(progress.batchId),
-                    "watermark": watermark,
-                    "num_input_rows": int(progress.numInputRows),
-                    "input_offsets": offsets,
-                    "updated_at": now_ms(),
-                }
+            report = before.changed(
+                batch_id=int(progress.batchId),
+                watermark=watermark,
+                num_input_rows=int(progress.numInputRows),
+                input_offsets=offsets,
+                updated_at=now_ms(),
             )
             self._latest[query_id] = report
             try:
@@ -113,9 +111,7 @@ class ProgressReporter(StreamingQueryListener):
             with self._lock:
                 # A newer batch may have been reported meanwhile; it stays pending until its own commit.
                 latest = self._latest.get(report.query_id, report)
-                confirmed = latest.model_copy(
-                    update={"committed_batch": report.batch_id, "committed_watermark": report.watermark}
-                )
+                confirmed = latest.changed(committed_batch=report.batch_id, committed_watermark=report.watermark)
                 self._latest[report.query_id] = confirmed
                 self._store(confirmed)
 

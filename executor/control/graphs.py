@@ -94,7 +94,7 @@ class Graphs:
         self._topics.ensure(record.topic, GRAPH_TOPIC_PARTITIONS)
         self.runner.start(record, ResultWriter(self._settings, record.query_id, record.group_columns))
         self.runner.wait_running(record.query_id, self._settings.deploy_timeout_s)
-        running = record.model_copy(update={"state": GraphState.RUNNING, "started_at": record.started_at or now_ms()})
+        running = record.changed(state=GraphState.RUNNING, started_at=record.started_at or now_ms())
         self.save(running)
         return running
 
@@ -122,7 +122,7 @@ class Graphs:
                     "execution graph failed for good", query_id=query_id, attempts=restarts.attempts, error=failure
                 )
                 self.runner.stop(query_id)
-                self.save(record.model_copy(update={"state": GraphState.FAILED}))
+                self.save(record.changed(state=GraphState.FAILED))
                 exhausted.append((record, failure))
                 continue
             if restarts.first_seen(now):
@@ -143,7 +143,7 @@ class Graphs:
         if record is None:
             return
         if record.state is not GraphState.RETIRED:
-            self.save(record.model_copy(update={"state": GraphState.RETIRED, "retired_at": now_ms()}))
+            self.save(record.changed(state=GraphState.RETIRED, retired_at=now_ms()))
         if not self._settings.keep_retired_topics and not self._topic_in_use(record):
             self._topics.delete(record.topic)
         log.info("execution graph retired", query_id=query_id)
@@ -153,7 +153,7 @@ class Graphs:
         self.runner.stop(query_id)
         record = self.get(query_id)
         if record is not None:
-            self.save(record.model_copy(update={"state": GraphState.FAILED, "retired_at": now_ms()}))
+            self.save(record.changed(state=GraphState.FAILED, retired_at=now_ms()))
             if not self._topic_in_use(record):
                 self._topics.delete(record.topic)
 

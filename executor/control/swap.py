@@ -35,15 +35,6 @@ from service_sink.progress import ProgressReporter, read_progress
 
 log = structlog.get_logger(__name__)
 
-IN_FLIGHT = (
-    SwapPhase.VALIDATED,
-    SwapPhase.DEPLOYED,
-    SwapPhase.CUT,
-    SwapPhase.DRAINING,
-    SwapPhase.DRAINED,
-    SwapPhase.RETIRED,
-)
-
 
 class SwapProtocol:
     def __init__(
@@ -69,7 +60,7 @@ class SwapProtocol:
             if swap.state is SwapPhase.SUBMITTED:
                 self._validate(swap, swaps)
         swaps = self._journal.all()
-        active = next((s for s in swaps if s.state in IN_FLIGHT), None)
+        active = next((s for s in swaps if s.state.is_in_flight), None)
         if active is not None:
             self._advance(active)
         self._clean_up(swaps)
@@ -83,7 +74,7 @@ class SwapProtocol:
         for earlier in swaps:
             if earlier.id == swap.id:
                 break
-            if earlier.state in IN_FLIGHT:
+            if earlier.state.is_in_flight:
                 query_id = earlier.to_query
         record = self._graphs.get(query_id) if query_id else None
         if record is None and query_id is not None:
@@ -108,7 +99,7 @@ class SwapProtocol:
             bound.warning("swap rejected", reason=reason)
             self._journal.advance(swap.id, SwapPhase.REJECTED, error=reason)
             return
-        taken = {s.to_query for s in swaps if s.id != swap.id and s.state in IN_FLIGHT}
+        taken = {s.to_query for s in swaps if s.id != swap.id and s.state.is_in_flight}
         query_id = self._graphs.unique_id(swap.to_query, taken)
         # Not bound to `from_query` yet: that happens when its turn comes (see _activate).
         updated = self._journal.advance(
@@ -205,7 +196,7 @@ class SwapProtocol:
             )
             return None
         # Written before the deploy that uses them: the graph reads the failed graph's topic from there.
-        self._graphs.save(record.model_copy(update={"topic": dead.topic, "start_after": stopped_at}))
+        self._graphs.save(record.changed(topic=dead.topic, start_after=stopped_at))
         bound.info("recovery starts", failed_query=dead.query_id, from_window_end=stopped_at)
         return self._journal.update(swap.id, from_query=dead.query_id, old_window_ms=dead.window_ms)
 
@@ -312,8 +303,9 @@ class SwapProtocol:
             self._reporter.forget(swap.from_query)
 
     def _fail(self, swap: SwapRecord, reason: str) -> None:
-        before_cut = (SwapPhase.VALIDATED, SwapPhase.DEPLOYED)
-        failed = self._journal.advance(swap.id, SwapPhase.FAILED, error=reason, when=lambda r: r.state in before_cut)
+        failed = self._journal.advance(
+            swap.id, SwapPhase.FAILED, error=reason, when=lambda r: r.state.is_before_cut and r.state.is_in_flight
+        )
         if failed is not None:
             log.warning("swap failed", swap_id=swap.id, reason=reason)
             self._graphs.discard(swap.to_query)
@@ -335,12 +327,7 @@ class SwapProtocol:
                 f"its input waits in topic {record.topic}: {way_out}"
             )
             swap = next(
-                (
-                    s
-                    for s in swaps
-                    if s.state in (SwapPhase.CUT, SwapPhase.DRAINING, SwapPhase.DRAINED)
-                    and record.query_id in (s.from_query, s.to_query)
-                ),
+                (s for s in swaps if s.state.is_draining and record.query_id in (s.from_query, s.to_query)),
                 None,
             )
             if swap is None:

@@ -45,10 +45,7 @@ def recovered_queries(swaps: list[SwapRecord]) -> set[str]:
     out = set()
     for swap in swaps:
         failed = by_id.get(swap.recovers or "")
-        ended_before_cut = swap.state in (SwapPhase.REJECTED, SwapPhase.ABORTED) or (
-            swap.state is SwapPhase.FAILED and swap.cut_window_end is None
-        )
-        if failed is not None and not ended_before_cut:
+        if failed is not None and not swap.ended_before_cut:
             out.add(failed.to_query)
     return out
 

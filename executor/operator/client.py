@@ -22,8 +22,6 @@ from executor.control.waits import clock, start_blocker, waiting_for
 from executor.errors import ExecutorError, SubmitRejected, SwapFailed
 from service_sink.progress import read_progress
 
-ABORTABLE = (SwapPhase.SUBMITTED, SwapPhase.VALIDATED, SwapPhase.DEPLOYED)
-
 
 def redis_client(settings: Settings, retries: int = 40) -> redis.Redis:
     """A client that rides out a Redis restart: by default each command retries with back-off for
@@ -104,7 +102,7 @@ class Client:
         at the next window boundary W2, and the windows between W and W2 keep the new query's
         results. Returns the aborted swap, or the validated swap back."""
         swap = self.journal.get(swap_id)
-        if swap.state in ABORTABLE:
+        if swap.state.is_before_cut:
             try:
                 return self.abort(swap_id)
             except ExecutorError:
@@ -154,7 +152,7 @@ class Client:
 
     def wait_until_done(self, swap_id: str, timeout_s: float) -> SwapRecord:
         record = self.wait_for(swap_id, lambda r: r.state.is_terminal, timeout_s, "completed")
-        if record.state not in (SwapPhase.COMPLETED, SwapPhase.ROLLED_BACK):
+        if not record.state.is_done:
             raise SwapFailed(f"swap {swap_id} {record.state}: {record.error}")
         return record
 
@@ -173,7 +171,7 @@ class Client:
 
     def abort(self, swap_id: str) -> SwapRecord:
         aborted = self.journal.advance(
-            swap_id, SwapPhase.ABORTED, error="aborted by operator", when=lambda r: r.state in ABORTABLE
+            swap_id, SwapPhase.ABORTED, error="aborted by operator", when=lambda r: r.state.is_before_cut
         )
         if aborted is None:
             latest = self.journal.get(swap_id)
@@ -240,7 +238,7 @@ def window_owners(swaps: list[SwapRecord], current: str | None) -> list[dict[str
     back later (its windows stay its own) or is still draining."""
     owners: list[dict[str, Any]] = []
     for swap in swaps:
-        moved = swap.state.is_past_cut or swap.state in (SwapPhase.COMPLETED, SwapPhase.ROLLED_BACK)
+        moved = swap.state.is_past_cut or swap.state.is_done
         moved = moved or swap.failed_after_cut
         if swap.cut_window_end is None or swap.from_query is None or not moved:
             continue
