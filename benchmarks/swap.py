@@ -118,7 +118,7 @@ def plain_spark_catch_up(spark: SparkSession) -> float:
     output = apply_query(spark, raw, load_query_source(QUERY))
     query = (
         output.writeStream.outputMode("append")
-        .option("checkpointLocation", str(settings.checkpoint_dir("plain")))
+        .option("checkpointLocation", str(settings.names.checkpoint_root / "plain"))
         .foreachBatch(ResultWriter(settings, "plain", ("key",)))
         .start()
     )

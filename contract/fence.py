@@ -19,7 +19,7 @@ import redis
 from redis.client import Pipeline
 
 from contract.errors import ControlStateLost, LeaseLost
-from contract.keys import Keys
+from contract.names import Keys
 
 T = TypeVar("T")
 

@@ -14,8 +14,8 @@ from redis.client import Pipeline
 
 from contract.errors import HotswapError
 from contract.fence import Fence, fenced
-from contract.keys import Keys
 from contract.models import QuerySource, Record, now_ms
+from contract.names import Keys
 
 
 class SwapPhase(StrEnum):

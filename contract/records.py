@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import redis
 
-from contract.keys import Keys
 from contract.models import CurrentQuery, GraphRecord, ServiceState
+from contract.names import Keys
 
 
 def _text(value: bytes | str) -> str:

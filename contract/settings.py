@@ -16,6 +16,7 @@ from pydantic_settings import (
 )
 
 from contract.errors import ConfigError
+from contract.names import Names
 from contract.windows import parse_duration_ms
 
 DEFAULT_CONFIG_FILE = Path("hotswap.toml")
@@ -185,28 +186,9 @@ class Settings(BaseSettings):
         return f"redis://127.0.0.1:{self.redis_port}/0"
 
     @property
-    def late_topic(self) -> str:
-        return f"hotswap.{self.namespace}.late"
-
-    @property
-    def dead_letter_topic(self) -> str:
-        return f"hotswap.{self.namespace}.dead-letter"
-
-    def graph_topic(self, query_id: str) -> str:
-        return f"hotswap.{self.namespace}.graph.{query_id}"
-
-    @property
-    def checkpoint_root(self) -> Path:
-        """Every Spark checkpoint of the namespace lives below this directory."""
-        return (self.home / "checkpoints" / self.namespace).resolve()
-
-    def checkpoint_dir(self, name: str) -> Path:
-        return self.checkpoint_root / name
-
-    @property
-    def namespace_topic_prefix(self) -> str:
-        """Topics hotswap owns in the namespace: graph topics, late and dead-letter."""
-        return f"hotswap.{self.namespace}."
+    def names(self) -> Names:
+        """Topics, checkpoints and Spark query names of this namespace (contract/names.py)."""
+        return Names(self.namespace, self.home)
 
     def kafka_python_config(self) -> dict[str, Any]:
         """Client settings for kafka-python (producers, consumers, admin)."""

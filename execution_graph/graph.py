@@ -38,10 +38,6 @@ ROUTED_SCHEMA = "kind STRING, key STRING, value DOUBLE, ts BIGINT, partition INT
 BatchWriter = Callable[[DataFrame, int], None]
 
 
-def query_name(namespace: str, query_id: str) -> str:
-    return f"hotswap.{namespace}.graph.{query_id}"
-
-
 def events_stream(spark: SparkSession, settings: Settings, topic: str, start_after: int | None = None) -> DataFrame:
     """The `events` a user query sees: data rows of the graph's input topic, watermarked, from
     event time `start_after` on when the graph took over a failed graph's topic."""
@@ -114,12 +110,12 @@ class GraphRunner:
         existing = self._queries.get(record.query_id)
         if existing is not None and existing.isActive:
             return existing
-        checkpoint = self._settings.checkpoint_dir(f"graph-{record.query_id}")
+        checkpoint = self._settings.names.graph_checkpoint(record.query_id)
         claim_checkpoint(checkpoint, record)
         events = events_stream(self._spark, self._settings, record.topic, record.start_after)
         output = apply_query(self._spark, events, record.source)
         query = (
-            output.writeStream.queryName(query_name(self._settings.namespace, record.query_id))
+            output.writeStream.queryName(self._settings.names.graph_query(record.query_id))
             .outputMode("append")
             .option("checkpointLocation", str(checkpoint))
             .foreachBatch(writer)
@@ -152,7 +148,7 @@ class GraphRunner:
         output is out, so every window ending at or before it was emitted."""
         jvm = self._spark.sparkContext._jvm
         assert jvm is not None
-        root = jvm.org.apache.hadoop.fs.Path(str(self._settings.checkpoint_dir(f"graph-{query_id}")))
+        root = jvm.org.apache.hadoop.fs.Path(str(self._settings.names.graph_checkpoint(query_id)))
         fs = root.getFileSystem(self._spark.sparkContext._jsc.hadoopConfiguration())
         commits = jvm.org.apache.hadoop.fs.Path(root, "commits")
         if not fs.exists(commits):

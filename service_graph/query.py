@@ -30,9 +30,9 @@ from redis.client import Pipeline
 from contract.faults import crash_point
 from contract.fence import Fence, fenced_write
 from contract.journal import Journal, SwapPhase, SwapRecord
-from contract.keys import Keys
 from contract.lifecycle import RestartBudget, stop_between_batches
 from contract.models import GraphRecord, RoutingPlan, ServiceState, now_ms
+from contract.names import Keys
 from contract.records import read_current, read_graphs, read_service_state
 from contract.settings import Settings
 from contract.windows import MAX_EVENT_TIME_MS, format_duration_ms, marker_event_time, reached_cut
@@ -57,10 +57,6 @@ SOURCE_SCHEMA = "key STRING, value DOUBLE, ts BIGINT"
 MARKER_KEY = b"__hotswap_marker__"
 PLANS_KEPT = 50  # older write-ahead plans are deleted; Spark never replays more than the last batch
 TICK_ADVANCE_EVERY_S = 1.0  # an idle watermark moves markers at most this often
-
-
-def query_name(namespace: str) -> str:
-    return f"hotswap.{namespace}.service"
 
 
 def _sql_str(value: str) -> str:
@@ -131,12 +127,12 @@ class ServiceGraph:
             .load()
         )
         self.query = (
-            source.writeStream.queryName(query_name(settings.namespace))
-            .option("checkpointLocation", str(settings.checkpoint_dir("service")))
+            source.writeStream.queryName(settings.names.service_query)
+            .option("checkpointLocation", str(settings.names.service_checkpoint))
             .foreachBatch(self.route_batch)
             .start()
         )
-        log.info("service graph started", query=query_name(settings.namespace), source=settings.source_topic)
+        log.info("service graph started", query=settings.names.service_query, source=settings.source_topic)
         return self.query
 
     def supervise(self) -> None:
@@ -313,8 +309,8 @@ class ServiceGraph:
             "e.ts AS ts",
             "window_end",
             f"""CASE route
-                  WHEN 'dead_letter' THEN {_sql_str(settings.dead_letter_topic)}
-                  WHEN 'late' THEN {_sql_str(settings.late_topic)}
+                  WHEN 'dead_letter' THEN {_sql_str(settings.names.dead_letter_topic)}
+                  WHEN 'late' THEN {_sql_str(settings.names.late_topic)}
                   WHEN 'old' THEN {old_topic}
                   ELSE {_sql_str(plan.target_topic)}
                 END AS topic""",

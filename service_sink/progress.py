@@ -22,8 +22,8 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from contract.errors import ControlStateLost, LeaseLost
 from contract.fence import Fence, fenced_write
-from contract.keys import Keys
 from contract.models import GraphProgress, now_ms
+from contract.names import Keys
 
 log = structlog.get_logger(__name__)
 

@@ -14,7 +14,6 @@ from pyspark.sql import SparkSession
 from contract.errors import ControlStateLost, HotswapError, LeaseLost
 from contract.fence import Fence, fenced_write
 from contract.journal import Journal, SwapPhase
-from contract.keys import Keys
 from contract.models import (
     EXECUTOR_TRANSITIONS,
     ExecutorPhase,
@@ -24,8 +23,8 @@ from contract.models import (
     QuerySource,
     new_spark_query_id,
 )
+from contract.names import Keys
 from contract.settings import Settings
-from execution_graph.graph import query_name as graph_query_name
 from execution_graph.user_query import first_line
 from executor.control.graphs import Graphs
 from executor.control.lease import Lease
@@ -63,8 +62,8 @@ class Executor:
             spark,
             client,
             self._keys,
-            prefix=graph_query_name(settings.namespace, ""),
-            checkpoint_for=lambda query_id: str(settings.checkpoint_dir(f"graph-{query_id}")),
+            prefix=settings.names.graph_query(""),
+            checkpoint_for=lambda query_id: str(settings.names.graph_checkpoint(query_id)),
             fence=self._fence,
         )
         self._swaps: SwapProtocol | None = None
@@ -129,7 +128,7 @@ class Executor:
             partitions = settings.source_partitions
         compacted = {"cleanup.policy": "compact"} if settings.sink_compacted else None
         self._topics.ensure(settings.sink_topic, partitions, compacted)
-        for topic in (settings.late_topic, settings.dead_letter_topic):
+        for topic in (settings.names.late_topic, settings.names.dead_letter_topic):
             self._topics.ensure(topic, partitions)
 
         current = self.graphs.current()
@@ -173,7 +172,7 @@ class Executor:
             query_id=query_id,
             source=initial,
             window_ms=shape.window_ms,
-            topic=self.settings.graph_topic(query_id),
+            topic=self.settings.names.graph_topic(query_id),
             group_columns=shape.group_columns,
             spark_query_id=new_spark_query_id(),
         )

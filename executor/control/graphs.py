@@ -13,9 +13,9 @@ import structlog
 from pyspark.sql import SparkSession
 
 from contract.fence import Fence, fenced_write
-from contract.keys import Keys
 from contract.lifecycle import RestartBudget
 from contract.models import CurrentQuery, GraphRecord, GraphState, QuerySource, now_ms
+from contract.names import Keys
 from contract.records import read_current, read_graphs
 from contract.settings import Settings
 from execution_graph.graph import GraphRunner, events_stream
@@ -80,7 +80,7 @@ class Graphs:
     # -- validation ------------------------------------------------------------------------
     def validate(self, source: QuerySource, running_window_ms: int | None) -> QueryShape:
         # Analysed over a stream of a topic that is never started, so nothing is read.
-        stream = events_stream(self._spark, self._settings, self._settings.graph_topic("validation"))
+        stream = events_stream(self._spark, self._settings, self._settings.names.graph_topic("validation"))
         return validate_query(self._spark, source, stream, running_window_ms)
 
     # -- lifecycle -------------------------------------------------------------------------

@@ -16,8 +16,8 @@ import redis
 import structlog
 
 from contract.errors import ControlStateLost, TimeoutExpired
-from contract.keys import Keys
 from contract.models import NamespaceRecord
+from contract.names import Keys
 from contract.settings import Settings
 from executor.control.topics import Topics
 
@@ -29,11 +29,11 @@ RESET_TIMEOUT_S = 60.0
 def leftovers(settings: Settings, topics: Topics) -> list[str]:
     """What of the namespace exists outside Redis, in words."""
     found = []
-    root = settings.checkpoint_root
+    root = settings.names.checkpoint_root
     if root.is_dir() and any(root.iterdir()):
         found.append(f"checkpoints in {root}")
-    owned = topics.names(settings.namespace_topic_prefix)
-    graphs = [t for t in owned if t.startswith(settings.graph_topic(""))]
+    owned = topics.names(settings.names.owned_topic_prefix)
+    graphs = [t for t in owned if t.startswith(settings.names.graph_topic(""))]
     if graphs:
         found.append(f"{len(graphs)} graph topic(s) such as {graphs[0]}")
     return found
@@ -69,23 +69,23 @@ def reset(client: redis.Redis, settings: Settings, topics: Topics) -> list[str]:
     if redis_keys:
         client.delete(*redis_keys)
         removed.append(f"{len(redis_keys)} Redis key(s)")
-    root = settings.checkpoint_root
+    root = settings.names.checkpoint_root
     if root.exists():
         shutil.rmtree(root)
         removed.append(f"checkpoints in {root}")
-    owned = topics.names(settings.namespace_topic_prefix)
+    owned = topics.names(settings.names.owned_topic_prefix)
     for topic in owned:
         topics.delete(topic)
     if owned:
         # Kafka deletes topics in the background; one created again too soon would vanish with it.
         deadline = time.monotonic() + RESET_TIMEOUT_S
-        while topics.names(settings.namespace_topic_prefix):
+        while topics.names(settings.names.owned_topic_prefix):
             if time.monotonic() >= deadline:
                 raise TimeoutExpired(
-                    f"Kafka did not finish deleting the topics {settings.namespace_topic_prefix}* within "
+                    f"Kafka did not finish deleting the topics {settings.names.owned_topic_prefix}* within "
                     f"{RESET_TIMEOUT_S:.0f}s; run the reset again"
                 )
             time.sleep(0.5)
-        removed.append(f"{len(owned)} topic(s) {settings.namespace_topic_prefix}*")
+        removed.append(f"{len(owned)} topic(s) {settings.names.owned_topic_prefix}*")
     log.warning("namespace reset", namespace=settings.namespace, removed=removed)
     return removed

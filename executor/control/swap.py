@@ -22,8 +22,8 @@ from contract.errors import HotswapError
 from contract.faults import crash_point
 from contract.fence import Fence
 from contract.journal import Journal, SwapPhase, SwapRecord
-from contract.keys import Keys
 from contract.models import GraphRecord, GraphState, new_spark_query_id
+from contract.names import Keys
 from contract.settings import Settings
 from contract.windows import format_duration_ms, reached_cut, window_start
 from execution_graph.errors import QueryRejected
@@ -114,7 +114,7 @@ class SwapProtocol:
                 query_id=query_id,
                 source=swap.source,
                 window_ms=shape.window_ms,
-                topic=self._settings.graph_topic(query_id),
+                topic=self._settings.names.graph_topic(query_id),
                 group_columns=shape.group_columns,
                 spark_query_id=new_spark_query_id(),
             )

@@ -166,7 +166,7 @@ def run(
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask before --reset-namespace.")] = False,
 ) -> None:
     """Run the executor in the foreground (Ctrl-C stops it; a restart resumes)."""
-    from contract.keys import Keys
+    from contract.names import Keys
     from execution_graph.user_query import load_query_source
     from executor.control.controller import Executor
     from executor.control.lease import Lease

@@ -13,8 +13,8 @@ from redis.retry import Retry
 
 from contract.errors import ConfigError, TimeoutExpired
 from contract.journal import Journal, SwapPhase, SwapRecord
-from contract.keys import Keys
 from contract.models import ExecutorRecord, GraphRecord, GraphState
+from contract.names import Keys
 from contract.records import read_counters, read_current, read_graphs, read_service_state
 from contract.settings import Settings
 from execution_graph.user_query import load_query_source

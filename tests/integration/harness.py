@@ -20,7 +20,7 @@ import redis
 from pyspark.sql import SparkSession
 
 from contract.faults import CRASH_ENV
-from contract.keys import Keys
+from contract.names import Keys
 from contract.settings import Settings
 from execution_graph.user_query import load_query_source
 from executor.control.controller import Executor
@@ -156,7 +156,7 @@ def source_events(settings: Settings) -> list[SourceEvent]:
 def late_event_ids(settings: Settings) -> set[tuple[int, int]]:
     return {
         (int(b["partition"]), int(b["offset"]))
-        for b in (json.loads(r.value) for r in read_topic(settings, settings.late_topic))
+        for b in (json.loads(r.value) for r in read_topic(settings, settings.names.late_topic))
     }
 
 

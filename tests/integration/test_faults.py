@@ -12,7 +12,7 @@ import redis
 from pyspark.sql import SparkSession
 
 from contract.journal import SwapPhase, SwapRecord
-from contract.keys import Keys
+from contract.names import Keys
 from contract.settings import Settings
 from execution_graph.user_query import load_query_source
 from executor.errors import SubmitRejected
@@ -137,7 +137,7 @@ def test_a_batch_killed_mid_write_is_replayed_and_counted_once(
             closed_until = committed_watermark(client, "count_per_key")
         finally:
             last.stop()
-    routed = [json.loads(r.value) for r in read_topic(settings, settings.graph_topic("count_per_key"))]
+    routed = [json.loads(r.value) for r in read_topic(settings, settings.names.graph_topic("count_per_key"))]
     ids = [(r["partition"], r["offset"]) for r in routed if r["kind"] == "data"]
     assert len(ids) > len(set(ids)), "the replayed batch should have written some rows twice"
     late = late_event_ids(settings)
@@ -256,7 +256,7 @@ def test_a_query_failing_before_the_cut_fails_the_swap_and_the_old_query_keeps_s
     assert "the old query keeps serving" in (ended.error or "")
     assert status["current"]["query_id"] == "count_per_key"
     assert status["graphs"]["broken_start"]["state"] == "failed"
-    assert not read_topic(settings, settings.graph_topic("broken_start"))
+    assert not read_topic(settings, settings.names.graph_topic("broken_start"))
 
 
 def test_a_query_failing_after_the_cut_is_restarted_from_its_checkpoint(

@@ -198,7 +198,7 @@ def test_an_event_from_the_year_2100_is_dead_lettered_and_moves_no_window_and_no
         status = client.status()
     assert cut % 30_000 == 0
     assert cut < T0 + 3_600_000, f"the cut {cut} was taken from the far-future event"
-    dead = read_topic(settings, settings.dead_letter_topic)
+    dead = read_topic(settings, settings.names.dead_letter_topic)
     assert [json.loads(r.value)["ts"] for r in dead] == [YEAR_2100_MS]
     assert dead[0].headers["hotswap.reason"] == b"event time more than 1h ahead of the watermark"
     assert status["dead_letter_records"] == 1

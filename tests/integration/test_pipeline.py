@@ -117,14 +117,14 @@ def test_malformed_events_go_to_the_dead_letter_topic_with_reason_and_original_b
         producer.flush()
         producer.close()
         wait_until(
-            lambda: len(read_topic(settings, settings.dead_letter_topic)) >= len(MALFORMED),
+            lambda: len(read_topic(settings, settings.names.dead_letter_topic)) >= len(MALFORMED),
             120,
             "malformed events in the dead-letter topic",
         )
-        dead = read_topic(settings, settings.dead_letter_topic)
+        dead = read_topic(settings, settings.names.dead_letter_topic)
         wait_until(lambda: client.status()["dead_letter_records"] == len(MALFORMED), 30, "the dead-letter count")
     by_value = {r.value: r.headers["hotswap.reason"].decode() for r in dead}
     assert by_value == {raw: reason for raw, reason in MALFORMED}
     # The pipeline kept running: the good event reached the execution graph's input.
-    routed = [json.loads(r.value) for r in read_topic(settings, settings.graph_topic("count_per_key"))]
+    routed = [json.loads(r.value) for r in read_topic(settings, settings.names.graph_topic("count_per_key"))]
     assert [r["key"] for r in routed if r["kind"] == "data"] == ["ok"]

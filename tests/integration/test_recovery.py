@@ -10,7 +10,7 @@ import redis
 from pyspark.sql import SparkSession
 
 from contract.journal import SwapRecord
-from contract.keys import Keys
+from contract.names import Keys
 from contract.settings import Settings
 from executor.operator.client import Client
 from service_sink.audit import read_results

@@ -131,7 +131,7 @@ def test_a_new_query_slow_to_start_buffers_its_rows_in_its_topic(
         wait_until(lambda: committed_watermark(client, "count_per_key") > start + 10_000, 120, "first windows")
         record = client.submit(query)
         client.wait_for(record.id, lambda r: r.state.is_past_cut, 120, "cut")
-        topic = settings.graph_topic("slow_start")
+        topic = settings.names.graph_topic("slow_start")
         # While the new query stalls, its rows wait in its topic and it has answered nothing.
         buffered = wait_until(lambda: len(read_topic(settings, topic)) >= 500, 60, "rows buffered in the new topic")
         assert buffered
@@ -193,7 +193,7 @@ def test_late_events_after_a_cut_go_to_the_late_topic_and_are_counted(
         produce(settings, late_spec, settings.source_topic)
         wait_until(lambda: client.status()["late_records"] >= 20, 60, "late records to be counted")
         assert client.status()["late_records"] == 20
-    late = read_topic(settings, settings.late_topic)
+    late = read_topic(settings, settings.names.late_topic)
     assert len(late) == 20
     assert all(int(json.loads(r.value)["ts"]) < cut for r in late)
     # The old version's answers are untouched: nothing re-opened a window at or before W.

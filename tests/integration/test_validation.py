@@ -36,7 +36,7 @@ WINDOW = "SELECT window.start AS window_start, window.end AS window_end"
 @pytest.fixture(scope="module")
 def events(spark: SparkSession, services: Services) -> DataFrame:
     settings = Settings(jars_dir=JARS, kafka_bootstrap=services.bootstrap)
-    return events_stream(spark, settings, settings.graph_topic("validation"))
+    return events_stream(spark, settings, settings.names.graph_topic("validation"))
 
 
 def validate(spark: SparkSession, events: DataFrame, source: QuerySource) -> QueryShape:

@@ -10,8 +10,8 @@ import pytest
 from kafka.errors import NodeNotReadyError, TopicAuthorizationFailedError
 
 from contract.journal import Journal, SwapPhase, SwapRecord
-from contract.keys import Keys
 from contract.models import CurrentQuery, GraphRecord, GraphState, NodePosition, QueryKind, QuerySource, ServiceState
+from contract.names import Keys
 from contract.settings import Settings
 from execution_graph.validation import QueryShape
 from executor.control.swap import SwapProtocol

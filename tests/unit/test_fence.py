@@ -14,8 +14,8 @@ import pytest
 from contract.errors import ControlStateLost, LeaseLost
 from contract.fence import Fence, fenced_write
 from contract.journal import Journal, SwapPhase, SwapRecord
-from contract.keys import Keys
 from contract.models import GraphRecord, QueryKind, QuerySource, new_spark_query_id
+from contract.names import Keys
 from contract.settings import Settings
 from execution_graph.errors import GraphStartFailed
 from execution_graph.graph import claim_checkpoint
@@ -71,19 +71,19 @@ def test_a_flushed_redis_is_detected_and_not_written_to() -> None:
 
 def test_a_namespace_with_checkpoints_but_no_control_state_is_refused(tmp_path: Path) -> None:
     settings = Settings(namespace="unit", home=tmp_path)
-    settings.checkpoint_dir("service").mkdir(parents=True)
+    settings.names.service_checkpoint.mkdir(parents=True)
     client = fakeredis.FakeRedis()
     with pytest.raises(ControlStateLost, match="--reset-namespace"):
         claim(client, settings, NoTopics(), "host:1:a")  # type: ignore[arg-type]
     assert not client.exists(KEYS.namespace_record)
-    assert reset(client, settings, NoTopics()) == [f"checkpoints in {settings.checkpoint_root}"]  # type: ignore[arg-type]
+    assert reset(client, settings, NoTopics()) == [f"checkpoints in {settings.names.checkpoint_root}"]  # type: ignore[arg-type]
     claim(client, settings, NoTopics(), "host:1:a")  # type: ignore[arg-type]
     assert client.exists(KEYS.namespace_record)
 
 
 def test_a_namespace_from_before_records_keeps_its_journal(tmp_path: Path) -> None:
     settings = Settings(namespace="unit", home=tmp_path)
-    settings.checkpoint_dir("service").mkdir(parents=True)
+    settings.names.service_checkpoint.mkdir(parents=True)
     client = fakeredis.FakeRedis()
     client.set(KEYS.current, '{"query_id": "a", "started_at": 1}')
     claim(client, settings, NoTopics(), "host:1:a")  # type: ignore[arg-type]

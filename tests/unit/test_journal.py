@@ -11,7 +11,7 @@ from contract.journal import (
     UnknownSwap,
     check_transition,
 )
-from contract.keys import Keys
+from contract.names import Keys
 
 
 @pytest.fixture

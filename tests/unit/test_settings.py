@@ -70,6 +70,6 @@ def test_sasl_settings_reach_both_kafka_clients() -> None:
 
 def test_names_are_derived_from_the_namespace() -> None:
     settings = Settings(namespace="prod")
-    assert settings.graph_topic("q1") == "hotswap.prod.graph.q1"
-    assert settings.late_topic == "hotswap.prod.late"
-    assert settings.checkpoint_dir("service").parts[-2:] == ("prod", "service")
+    assert settings.names.graph_topic("q1") == "hotswap.prod.graph.q1"
+    assert settings.names.late_topic == "hotswap.prod.late"
+    assert settings.names.service_checkpoint.parts[-2:] == ("prod", "service")

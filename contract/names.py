@@ -1,0 +1,126 @@
+"""Every name derived from a namespace and a query id, in one place.
+
+- `Keys`: the Redis keys of one namespace. Each carries the namespace in a hash tag (`{ns}`), so one
+  Redis can host many deployments and a Redis Cluster keeps a namespace's keys in one slot, which
+  MULTI/EXEC transactions need.
+- `Names`: the Kafka topics hotswap owns (`hotswap.<ns>.…`), the Spark query names and the Spark
+  checkpoint directories. A graph's topic and its Spark query share one name, so Spark's UI and
+  Kafka's tools show the same thing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Keys:
+    namespace: str
+
+    @property
+    def prefix(self) -> str:
+        return f"hotswap:{{{self.namespace}}}"
+
+    @property
+    def lease(self) -> str:
+        """The executor's lease: only the holder of this key may act on the namespace."""
+        return f"{self.prefix}:lease"
+
+    @property
+    def namespace_record(self) -> str:
+        """Written once, when the namespace's first executor starts. If it is missing while an
+        executor runs, or while checkpoints and graph topics of the namespace exist, the control
+        state was lost."""
+        return f"{self.prefix}:namespace"
+
+    @property
+    def executor(self) -> str:
+        """The executor's recorded lifecycle phase (ExecutorRecord)."""
+        return f"{self.prefix}:executor"
+
+    @property
+    def current(self) -> str:
+        """The query that serves windows after every cut so far."""
+        return f"{self.prefix}:current"
+
+    @property
+    def graphs(self) -> str:
+        """Hash: query id -> GraphRecord."""
+        return f"{self.prefix}:graphs"
+
+    @property
+    def swaps(self) -> str:
+        """List of swap ids in submission order."""
+        return f"{self.prefix}:swaps"
+
+    def swap(self, swap_id: str) -> str:
+        return f"{self.prefix}:swap:{swap_id}"
+
+    @property
+    def service(self) -> str:
+        """The service graph's node positions and watermark after its last routed batch."""
+        return f"{self.prefix}:service"
+
+    def routing_plan(self, batch_id: int) -> str:
+        """Write-ahead routing decision for one service-graph batch (replayed identically)."""
+        return f"{self.prefix}:routing:{batch_id}"
+
+    def progress(self, query_id: str) -> str:
+        """The service sink's report of one execution graph's progress."""
+        return f"{self.prefix}:progress:{query_id}"
+
+    @property
+    def counters(self) -> str:
+        """Hash of counters: late_records, dead_letter_records, expired_records."""
+        return f"{self.prefix}:counters"
+
+
+@dataclass(frozen=True)
+class Names:
+    namespace: str
+    home: Path  # `settings.home`: checkpoints live below it
+
+    @property
+    def keys(self) -> Keys:
+        return Keys(self.namespace)
+
+    # -- Kafka topics ------------------------------------------------------------------------
+    @property
+    def owned_topic_prefix(self) -> str:
+        """Topics hotswap owns in the namespace: graph topics, late and dead-letter. (Not the source
+        or results topics: those belong to the user.)"""
+        return f"hotswap.{self.namespace}."
+
+    @property
+    def late_topic(self) -> str:
+        return f"{self.owned_topic_prefix}late"
+
+    @property
+    def dead_letter_topic(self) -> str:
+        return f"{self.owned_topic_prefix}dead-letter"
+
+    def graph_topic(self, query_id: str) -> str:
+        """The execution graph's input topic: the buffer between the service graph and the query."""
+        return f"{self.owned_topic_prefix}graph.{query_id}"
+
+    # -- Spark query names -------------------------------------------------------------------
+    @property
+    def service_query(self) -> str:
+        return f"{self.owned_topic_prefix}service"
+
+    def graph_query(self, query_id: str) -> str:
+        return self.graph_topic(query_id)
+
+    # -- Spark checkpoints -------------------------------------------------------------------
+    @property
+    def checkpoint_root(self) -> Path:
+        """Every Spark checkpoint of the namespace lives below this directory."""
+        return (self.home / "checkpoints" / self.namespace).resolve()
+
+    @property
+    def service_checkpoint(self) -> Path:
+        return self.checkpoint_root / "service"
+
+    def graph_checkpoint(self, query_id: str) -> Path:
+        return self.checkpoint_root / f"graph-{query_id}"
