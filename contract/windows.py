@@ -28,7 +28,7 @@ _UNITS_MS = {
 # Execution graphs watermark their input with a delay so large that no data row can move Spark's
 # watermark. Only the service graph's watermark markers do: a marker whose event time is
 # `watermark + GRAPH_WATERMARK_DELAY_MS` sets Spark's watermark to exactly `watermark`, so every
-# execution graph closes windows on the service watermark (DESIGN.md, "One watermark").
+# execution graph closes windows on the service watermark (docs/architecture.md, "One watermark").
 GRAPH_WATERMARK_DELAY_MS = 100 * 365 * 86_400_000  # 100 years
 # The latest event time hotswap accepts: a marker for it must still be a valid timestamp.
 MAX_EVENT_TIME_MS = 253_402_300_799_999 - GRAPH_WATERMARK_DELAY_MS  # 9999-12-31 minus the delay

@@ -5,12 +5,12 @@ and, after each of its batches, a watermark marker. Spark's watermark is applied
 large (contract.windows.GRAPH_WATERMARK_DELAY_MS) that data rows never move it; only markers do,
 so the graph closes windows on the service watermark and never drops a row the service graph
 routed as on time, whatever the skew between source partitions or the size of a backlog (see
-DESIGN.md, "One watermark"). One partition keeps every row before the markers that follow it, so
+docs/architecture.md, "One watermark"). One partition keeps every row before the markers that follow it, so
 any bounded prefix of the topic is consistent.
 
 Markers are dropped right after the watermark node by a condition on the event-time column, which
 Spark keeps above that node (a filter on another column would be pushed below it and swallow the
-marker; DESIGN.md, "Known traps").
+marker; docs/architecture.md, "Known traps").
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ its analysed logical plan is read, through py4j, for what a swap needs to know:
   whatever the query filters: no event needs to pass through the query.
 - The group columns: output columns whose values come from the grouping expressions of the
   query's `Aggregate`, traced down the plan by expression id. They make up the result key
-  (DESIGN.md, "One key per result").
+  (docs/architecture.md, "One key per result").
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each row becomes a JSON object of all output columns (timestamps as epoch millis
 `query_id` of the version that produced it. The Kafka key is a compact JSON object of the window
 start and every group column, in output order, e.g. `{"window_start":1700000010000,"key":"k2"}`:
 timestamps as epoch milliseconds, other values as their JSON value and null as JSON null, so two
-distinct groups never share a key (DESIGN.md, "One key per result"). A batch that Spark replays
+distinct groups never share a key (docs/architecture.md, "One key per result"). A batch that Spark replays
 therefore overwrites its own results instead of adding to them.
 """
 

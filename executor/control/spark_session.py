@@ -34,7 +34,7 @@ _DEFAULT_CONF = {
 
 
 def build_spark_session(settings: Settings, jars: list[Path]) -> SparkSession:
-    # Without these, Python workers fail to connect back to the driver (DESIGN.md, known traps).
+    # Without these, Python workers fail to connect back to the driver (docs/architecture.md, "Known traps").
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
