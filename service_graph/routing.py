@@ -95,31 +95,25 @@ def plan_batch(
 
     `ahead_after` is the latest event time routed as data; later ones are dead-lettered.
     """
-    late_before = state.watermark
+    cut = None
     if swap is not None and (swap.state.is_past_cut or swap.failed_after_cut):
         target = graphs.get(swap.to_query)
         old = graphs.get(swap.from_query or "")
         if target is None or old is None or swap.cut_window_end is None:
             raise NoTargetGraph(f"swap {swap.id} is past its cut but its graphs are not recorded")
-        cut = None
         # A recovery's cut only says where a failed query stopped: no row goes to that query again.
         if (swap.state.is_draining or swap.failed_after_cut) and swap.recovers is None:
             cut = CutRoute(swap_id=swap.id, boundary=swap.cut_window_end, old_query=old.query_id, old_topic=old.topic)
-        return RoutingPlan(
-            batch_id=batch_id,
-            target_query=target.query_id,
-            target_topic=target.topic,
-            cut=cut,
-            late_before=late_before,
-            ahead_after=ahead_after,
-        )
-    if current is None:
+    elif current is None:
         raise NoTargetGraph("no current execution graph: start the executor with `hotswap run --query FILE`")
+    else:
+        target = current
     return RoutingPlan(
         batch_id=batch_id,
-        target_query=current.query_id,
-        target_topic=current.topic,
-        late_before=late_before,
+        target_query=target.query_id,
+        target_topic=target.topic,
+        cut=cut,
+        late_before=state.watermark,
         ahead_after=ahead_after,
     )
 

@@ -13,6 +13,7 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 
 from contract.settings import Settings
+from service_sink.errors import TopicReadIncomplete
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,8 @@ class Audit:
 
 def read_topic_records(settings: Settings, topic: str, timeout_s: float = 10.0) -> list[Any]:
     """Every record currently in `topic` (kafka-python ConsumerRecords), in offset order per
-    partition; stops at the end offsets seen on entry, or when `timeout_s` runs out."""
+    partition, up to the end offsets seen on entry. Raises TopicReadIncomplete if `timeout_s` runs
+    out first: a partial read would pass for a topic with fewer records."""
     consumer = KafkaConsumer(**settings.kafka_python_config(), enable_auto_commit=False)
     try:
         parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
@@ -50,10 +52,17 @@ def read_topic_records(settings: Settings, topic: str, timeout_s: float = 10.0) 
         end = consumer.end_offsets(parts)
         deadline = time.monotonic() + timeout_s
         out: list[Any] = []
-        while any(consumer.position(tp) < end[tp] for tp in parts) and time.monotonic() < deadline:
+        while any(consumer.position(tp) < end[tp] for tp in parts):
+            if time.monotonic() >= deadline:
+                behind = {tp.partition: end[tp] - consumer.position(tp) for tp in parts}
+                raise TopicReadIncomplete(
+                    f"read {len(out)} records of topic {topic} in {timeout_s:.0f}s, but records are still "
+                    f"unread per partition: {behind}; is the broker overloaded?"
+                )
             for records in consumer.poll(timeout_ms=500).values():
                 out.extend(records)
-        return out
+        # A partition may have returned records past the end seen on entry: keep the snapshot exact.
+        return [r for r in out if r.offset < end[TopicPartition(topic, r.partition)]]
     finally:
         consumer.close()
 

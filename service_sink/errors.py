@@ -4,4 +4,8 @@ from contract.errors import HotswapError
 
 
 class ServiceSinkError(HotswapError):
-    """Results or progress could not be written."""
+    """Results or progress could not be written, or read back."""
+
+
+class TopicReadIncomplete(ServiceSinkError):
+    """A topic could not be read to its end in time."""

@@ -23,6 +23,7 @@ from contract.settings import Settings
 from executor.control.spark_session import build_spark_session
 from executor.operator.client import Client, redis_client
 from executor.stack import EmbeddedStack
+from tests.integration.oracle import KEEP_EVERY_BATCH
 
 REPO = Path(__file__).resolve().parents[2]
 JARS = REPO / ".hotswap" / "jars"
@@ -81,7 +82,9 @@ def services() -> Iterator[Services]:
 def spark(services: Services) -> Iterator[SparkSession]:
     # One driver serves every in-process test: with 1 GiB its old generation reached 96% and full
     # GCs ran back to back late in the suite, stalling queries for minutes. 2 GiB leaves headroom.
-    settings = Settings(jars_dir=JARS, kafka_bootstrap=services.bootstrap, spark_driver_memory="2g")
+    settings = Settings(
+        jars_dir=JARS, kafka_bootstrap=services.bootstrap, spark_driver_memory="2g", spark_conf=KEEP_EVERY_BATCH
+    )
     session = build_spark_session(settings, EmbeddedStack(settings).spark_connector_jars())
     yield session
     session.stop()

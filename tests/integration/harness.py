@@ -1,18 +1,18 @@
-"""Running the executor inside the test process, and an offline oracle for the results."""
+"""Running the executor (in the test process or as its own), the generator, and reading topics back.
+
+The oracle for the results is in oracle.py."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,8 +25,9 @@ from contract.settings import Settings
 from execution_graph.user_query import load_query_source
 from executor.control.controller import Executor
 from executor.operator.client import Client, redis_client
-from service_sink.audit import Result, read_topic_records
+from service_sink.audit import read_topic_records
 from tests.conftest import wait_until
+from tests.integration.oracle import KEEP_EVERY_BATCH
 from tools.generator import GeneratorSpec, produce
 
 REPO = Path(__file__).resolve().parents[2]
@@ -74,17 +75,34 @@ def executor_running(settings: Settings, spark: SparkSession, query: Path) -> It
         running.stop()
 
 
+class Load:
+    """The generator, running in the background."""
+
+    def __init__(self, settings: Settings, spec: GeneratorSpec) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=produce, args=(settings, spec, settings.source_topic, self._stop), daemon=True, name="test-load"
+        )
+
+    def start(self) -> Load:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stops the generator and returns once its last event is in the topic."""
+        self._stop.set()
+        self._thread.join(timeout=60)
+        assert not self._thread.is_alive(), "the generator did not stop within 60 s"
+
+
 @contextlib.contextmanager
-def continuous_load(settings: Settings, spec: GeneratorSpec) -> Iterator[threading.Event]:
-    """Runs the generator in the background until the block ends (or the event is set)."""
-    stop = threading.Event()
-    thread = threading.Thread(target=produce, args=(settings, spec, settings.source_topic, stop), daemon=True)
-    thread.start()
+def continuous_load(settings: Settings, spec: GeneratorSpec) -> Iterator[Load]:
+    """Runs the generator in the background until the block ends (or `stop()` is called)."""
+    load = Load(settings, spec).start()
     try:
-        yield stop
+        yield load
     finally:
-        stop.set()
-        thread.join(timeout=60)
+        load.stop()
 
 
 def committed_watermark(client: Client, query_id: str) -> int:
@@ -136,135 +154,6 @@ def read_topic(settings: Settings, topic: str) -> list[Record]:
     ]
 
 
-@dataclass(frozen=True)
-class SourceEvent:
-    partition: int
-    offset: int
-    key: str
-    value: float
-    ts: int
-
-
-def source_events(settings: Settings) -> list[SourceEvent]:
-    events = []
-    for r in read_topic(settings, settings.source_topic):
-        body = json.loads(r.value)
-        events.append(SourceEvent(r.partition, r.offset, body["key"], float(body["value"]), int(body["ts"])))
-    return events
-
-
-def late_event_ids(settings: Settings) -> set[tuple[int, int]]:
-    return {
-        (int(b["partition"]), int(b["offset"]))
-        for b in (json.loads(r.value) for r in read_topic(settings, settings.names.late_topic))
-    }
-
-
-# -- the oracle ------------------------------------------------------------------------------------
-Aggregate = Callable[[list[SourceEvent]], dict[str, float]]
-
-
-def count_and_total(events: list[SourceEvent]) -> dict[str, float]:
-    return {"n": len(events), "total": sum(e.value for e in events)}
-
-
-def peak_and_low(events: list[SourceEvent]) -> dict[str, float]:
-    return {"peak": max(e.value for e in events), "low": min(e.value for e in events)}
-
-
-def mean_and_n(events: list[SourceEvent]) -> dict[str, float]:
-    return {"mean": sum(e.value for e in events) / len(events), "n": len(events)}
-
-
-@dataclass(frozen=True)
-class Version:
-    query_id: str
-    window_ms: int
-    aggregate: Aggregate
-
-
-def expected_results(
-    events: list[SourceEvent], versions: list[Version], cuts: list[int], closed_until: int
-) -> dict[tuple[int, str], tuple[str, int, dict[str, float]]]:
-    """(window_start, key) -> (owning query, window_end, values) for every closed window.
-
-    Version i owns event times in [cuts[i-1], cuts[i]); windows close when their end is at or
-    before `closed_until`.
-    """
-    bounds = [-math.inf, *cuts, math.inf]
-    grouped: dict[tuple[int, str, int], list[SourceEvent]] = defaultdict(list)
-    for e in events:
-        for i, version in enumerate(versions):
-            if bounds[i] <= e.ts < bounds[i + 1]:
-                start = (e.ts // version.window_ms) * version.window_ms
-                grouped[(i, e.key, start)].append(e)
-                break
-    out: dict[tuple[int, str], tuple[str, int, dict[str, float]]] = {}
-    for (i, key, start), group in grouped.items():
-        version = versions[i]
-        end = start + version.window_ms
-        if end <= closed_until:
-            out[(start, key)] = (version.query_id, end, version.aggregate(group))
-    return out
-
-
-def same_result(a: Result, b: Result) -> bool:
-    """The same record under the same key; a float may differ in its last bits, because a replayed
-    batch can add the same values in another order."""
-    if a.key != b.key or a.row.keys() != b.row.keys():
-        return False
-    for column, value in a.row.items():
-        other = b.row[column]
-        if isinstance(value, float) and isinstance(other, float):
-            if not math.isclose(value, other, rel_tol=1e-9):
-                return False
-        elif value != other:
-            return False
-    return True
-
-
-def assert_invariants(
-    results: list[Result],
-    events: list[SourceEvent],
-    versions: list[Version],
-    cuts: list[int],
-    closed_until: int,
-    *,
-    allow_redelivery: bool = False,
-) -> None:
-    """Exactly once per (window, group), owned by the right version, no gap, correct values.
-
-    With `allow_redelivery` (after a crash) a result may appear twice in the topic, but only as
-    the identical record with the same key (a replayed batch overwriting itself).
-    """
-    seen: dict[tuple[int, str], Result] = {}
-    for r in results:
-        identity = (r.window_start, str(r.row["key"]))
-        if identity in seen and allow_redelivery and same_result(seen[identity], r):
-            continue
-        assert identity not in seen, f"duplicate result for window {identity}: {seen[identity].row} and {r.row}"
-        seen[identity] = r
-    expected = expected_results(events, versions, cuts, closed_until)
-    missing = sorted(set(expected) - set(seen))
-    assert not missing, f"{len(missing)} closed (window, key) results missing, first {missing[:5]}"
-    for identity, result in seen.items():
-        if identity not in expected:
-            # A window that closed after `closed_until` may already be out; it must still be owned right.
-            continue
-        owner, end, values = expected[identity]
-        assert result.query_id == owner, f"window {identity} answered by {result.query_id}, owner is {owner}"
-        assert result.window_end == end, f"window {identity} ends at {result.window_end}, expected {end}"
-        for name, value in values.items():
-            assert math.isclose(float(result.row[name]), value, rel_tol=1e-9, abs_tol=1e-6), (
-                f"window {identity} {name}={result.row[name]}, recomputed {value}"
-            )
-    # Ownership for every result, closed or not: at or before W the old version, after it the new.
-    bounds = [-math.inf, *cuts, math.inf]
-    for r in results:
-        version = next(v for i, v in enumerate(versions) if bounds[i] <= r.window_start < bounds[i + 1])
-        assert r.query_id == version.query_id, f"window starting {r.window_start} answered by {r.query_id}"
-
-
 # -- the executor as a separate process (for crashes) ------------------------------------------------
 def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
     """The environment that gives `python -m executor` these settings."""
@@ -285,6 +174,7 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
         "SPARK_DRIVER_MEMORY": "768m",
         "CONFIG_FILE": str(settings.home / "absent.toml"),
         "LOG_FORMAT": "json",
+        "SPARK_CONF": json.dumps(KEEP_EVERY_BATCH),
     }
     env.update({f"HOTSWAP_{k}": v for k, v in values.items()})
     env.update(extra)

@@ -25,19 +25,14 @@ from tests.integration.harness import (
     QUERIES,
     REPO,
     ExecutorProcess,
-    Version,
-    assert_invariants,
     committed_watermark,
     continuous_load,
-    count_and_total,
     executor_running,
-    late_event_ids,
-    peak_and_low,
     read_topic,
     run_cli,
     slow_to_deploy,
-    source_events,
 )
+from tests.integration.oracle import Truth, Version, assert_invariants, count_and_total, peak_and_low, settle
 from tools.generator import GeneratorSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -68,11 +63,10 @@ def restart_service(stack: EmbeddedStack, name: str) -> None:
     stack.up()
 
 
-def check_two_versions(settings: Settings, client: Client, cut: int, final: str) -> None:
-    late = late_event_ids(settings)
-    events = [e for e in source_events(settings) if (e.partition, e.offset) not in late]
-    closed_until = committed_watermark(client, final)
-    assert_invariants(read_results(settings), events, VERSIONS, [cut], closed_until, allow_redelivery=True)
+def check_two_versions(truth: Truth, client: Client, swap_id: str) -> None:
+    cut = truth.cut(client.journal.get(swap_id))
+    results = read_results(truth.settings)
+    assert_invariants(results, truth.on_time, VERSIONS, [cut], truth.closed_until, allow_redelivery=True)
 
 
 # -- crashes -----------------------------------------------------------------------------------------
@@ -90,7 +84,7 @@ def test_executor_killed_in_each_swap_phase_resumes_and_keeps_every_invariant(
 ) -> None:
     keys = Keys(settings.namespace)
     spec = GeneratorSpec(rate=300, keys=3, seed=31, disorder_ms=500, time_scale=10, start_ts=T0)
-    with continuous_load(settings, spec) as stop_load:
+    with continuous_load(settings, spec) as load:
         process = ExecutorProcess(settings, COUNT_10S, tmp_path, crash_at=CRASHES[0][0])
         process.wait_serving(control, keys)
         wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
@@ -106,13 +100,14 @@ def test_executor_killed_in_each_swap_phase_resumes_and_keeps_every_invariant(
             done = client.wait_until_done(swap.id, 180)
             cut = int(done.cut_window_end or 0)
             wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 60_000, 120, "new windows")
-            stop_load.set()
+            load.stop()
+            truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
         finally:
             process.stop()
     # The cut recorded before the second crash was never re-decided.
     assert done.cut_batch is not None
     assert [p.name for p in done.phases][-1] is SwapPhase.COMPLETED
-    check_two_versions(settings, client, cut, "max_per_key_30s")
+    check_two_versions(truth, client, swap.id)
 
 
 def test_a_batch_killed_mid_write_is_replayed_and_counted_once(
@@ -120,7 +115,7 @@ def test_a_batch_killed_mid_write_is_replayed_and_counted_once(
 ) -> None:
     keys = Keys(settings.namespace)
     spec = GeneratorSpec(rate=300, keys=3, seed=32, disorder_ms=300, time_scale=10, start_ts=T0)
-    with continuous_load(settings, spec) as stop_load:
+    with continuous_load(settings, spec) as load:
         first = ExecutorProcess(settings, COUNT_10S, tmp_path)
         first.wait_serving(control, keys)
         wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
@@ -133,16 +128,15 @@ def test_a_batch_killed_mid_write_is_replayed_and_counted_once(
             last.wait_serving(control, keys)
             reached = committed_watermark(client, "count_per_key") + 40_000
             wait_until(lambda: committed_watermark(client, "count_per_key") >= reached, 120, "windows after the crash")
-            stop_load.set()
-            closed_until = committed_watermark(client, "count_per_key")
+            load.stop()
+            truth = settle(settings, lambda: committed_watermark(client, "count_per_key"))
         finally:
             last.stop()
     routed = [json.loads(r.value) for r in read_topic(settings, settings.names.graph_topic("count_per_key"))]
     ids = [(r["partition"], r["offset"]) for r in routed if r["kind"] == "data"]
     assert len(ids) > len(set(ids)), "the replayed batch should have written some rows twice"
-    late = late_event_ids(settings)
-    events = [e for e in source_events(settings) if (e.partition, e.offset) not in late]
-    assert_invariants(read_results(settings), events, VERSIONS[:1], [], closed_until, allow_redelivery=True)
+    results = read_results(settings)
+    assert_invariants(results, truth.on_time, VERSIONS[:1], [], truth.closed_until, allow_redelivery=True)
 
 
 def test_a_second_executor_on_the_namespace_is_refused(settings: Settings, spark: SparkSession, tmp_path: Path) -> None:
@@ -266,19 +260,18 @@ def test_a_query_failing_after_the_cut_is_restarted_from_its_checkpoint(
     spec = GeneratorSpec(rate=300, keys=3, seed=34, disorder_ms=300, time_scale=10, start_ts=start)
     fast_restarts = settings.model_copy(update={"query_restart_backoff": "1s"})
     query = failing_query(tmp_path, failures=2)
-    with executor_running(fast_restarts, spark, COUNT_10S), continuous_load(settings, spec) as stop_load:
+    with executor_running(fast_restarts, spark, COUNT_10S), continuous_load(settings, spec) as load:
         wait_until(lambda: committed_watermark(client, "count_per_key") > start + 10_000, 120, "first windows")
         record = client.submit(query)
         done = client.wait_until_done(record.id, 240)
         cut = int(done.cut_window_end or 0)
         wait_until(lambda: committed_watermark(client, "flaky") >= cut + 30_000, 120, "windows of the flaky query")
-        stop_load.set()
-        closed_until = committed_watermark(client, "flaky")
+        load.stop()
+        truth = settle(settings, lambda: committed_watermark(client, "flaky"))
     assert (tmp_path / "failures").read_text() == "xx"
-    late = late_event_ids(settings)
-    events = [e for e in source_events(settings) if (e.partition, e.offset) not in late]
     versions = [VERSIONS[0], Version("flaky", 10_000, count_and_total)]
-    assert_invariants(read_results(settings), events, versions, [cut], closed_until, allow_redelivery=True)
+    cuts = [truth.cut(done)]
+    assert_invariants(read_results(settings), truth.on_time, versions, cuts, truth.closed_until, allow_redelivery=True)
 
 
 def test_abort_works_until_the_cut(settings: Settings, spark: SparkSession, client: Client, tmp_path: Path) -> None:
@@ -308,7 +301,7 @@ def test_a_redis_restart_during_a_swap_is_ridden_out(
         pytest.skip("Redis is external here; the embedded stack is needed to restart it")
     stack = services.stack
     spec = GeneratorSpec(rate=300, keys=3, seed=35, disorder_ms=300, time_scale=10, start_ts=T0)
-    with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as stop_load:
+    with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as load:
         wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
         record = client.submit(MAX_30S)
         client.wait_for(record.id, lambda r: r.state.is_past_cut, 120, "the cut")
@@ -317,8 +310,9 @@ def test_a_redis_restart_during_a_swap_is_ridden_out(
         done = client.wait_until_done(record.id, 180)
         cut = int(done.cut_window_end or 0)
         wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 60_000, 120, "new windows")
-        stop_load.set()
-    check_two_versions(settings, client, cut, "max_per_key_30s")
+        load.stop()
+        truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
+    check_two_versions(truth, client, record.id)
 
 
 def test_a_kafka_broker_restart_is_recovered_from(
@@ -328,12 +322,13 @@ def test_a_kafka_broker_restart_is_recovered_from(
         pytest.skip("Kafka is external here; the embedded stack is needed to restart it")
     stack = services.stack
     spec = GeneratorSpec(rate=300, keys=3, seed=36, disorder_ms=300, time_scale=10, start_ts=T0)
-    with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as stop_load:
+    with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as load:
         wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
         restart_service(stack, "kafka")
         record = client.submit(MAX_30S)
         done = client.wait_until_done(record.id, 240)
         cut = int(done.cut_window_end or 0)
         wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 60_000, 180, "new windows")
-        stop_load.set()
-    check_two_versions(settings, client, cut, "max_per_key_30s")
+        load.stop()
+        truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
+    check_two_versions(truth, client, record.id)

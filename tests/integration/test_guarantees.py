@@ -25,16 +25,19 @@ from service_sink.audit import read_results
 from tests.conftest import wait_until
 from tests.integration.harness import (
     REPO,
-    Version,
-    assert_invariants,
     committed_watermark,
     continuous_load,
-    count_and_total,
     executor_running,
-    late_event_ids,
-    peak_and_low,
     read_topic,
     slow_to_deploy,
+)
+from tests.integration.oracle import (
+    Truth,
+    Version,
+    assert_invariants,
+    count_and_total,
+    peak_and_low,
+    settle,
     source_events,
 )
 from tools.generator import GeneratorSpec
@@ -48,10 +51,10 @@ T0 = 1_700_000_000_000
 YEAR_2100_MS = 4_102_444_800_000
 
 
-def check_two_versions(settings: Settings, client: Client, cut: int, closed_until: int) -> None:
-    late = late_event_ids(settings)
-    events = [e for e in source_events(settings) if (e.partition, e.offset) not in late and e.ts < YEAR_2100_MS]
-    assert_invariants(read_results(settings), events, VERSIONS, [cut], closed_until)
+def check_two_versions(truth: Truth, client: Client, swap_id: str, closed_until: int | None = None) -> None:
+    cut = truth.cut(client.journal.get(swap_id))
+    closed = truth.closed_until if closed_until is None else closed_until
+    assert_invariants(read_results(truth.settings), truth.on_time, VERSIONS, [cut], closed)
 
 
 def phase_at(record: SwapRecord, phase: SwapPhase) -> float:
@@ -117,15 +120,15 @@ def test_skewed_partitions_and_a_backlog_lose_no_row_and_catch_up_in_bounded_bat
         finally:
             stop.set()
             load.join(timeout=30)
-        closed_until = committed_watermark(client, "max_per_key_30s")
+        truth = settle(skewed, lambda: committed_watermark(client, "max_per_key_30s"))
         service = running.executor.service.query
         assert service is not None
         sizes = [input_rows(p) for p in service.recentProgress]
     assert max(sizes) <= bound, f"a batch read {max(sizes)} rows, above the bound of {bound}"
     assert sum(1 for n in sizes if n >= bound * 3 // 4) >= 5, f"the backlog was not read in bounded batches: {sizes}"
     assert client.status()["late_records"] == 0
-    assert late_event_ids(skewed) == set()
-    check_two_versions(skewed, client, cut, closed_until)
+    assert truth.late == set()
+    check_two_versions(truth, client, record.id)
 
 
 # -- a quiet source --------------------------------------------------------------------------------
@@ -142,13 +145,13 @@ def test_a_source_that_goes_quiet_right_after_a_submit_completes_the_swap_and_cl
         done = client.wait_until_done(record.id, 180)
         last_window_end = max((e.ts // 30_000) * 30_000 + 30_000 for e in source_events(quiet))
         wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= last_window_end, 120, "the last window")
+        truth = settle(quiet, lambda: committed_watermark(client, "max_per_key_30s"))
     deploy_s = phase_at(done, SwapPhase.DEPLOYED) - phase_at(done, SwapPhase.VALIDATED)
     budget_s = deploy_s + 3 + 2 + 30 + 10  # deploy + idle_timeout + lateness + the larger window + 10 s
     took_s = phase_at(done, SwapPhase.COMPLETED) - quiet_since
     assert took_s <= budget_s, f"the swap took {took_s:.1f}s after the source went quiet (budget {budget_s:.1f}s)"
-    cut = int(done.cut_window_end or 0)
     # Every window is closed, the last one included: each must have its result.
-    check_two_versions(quiet, client, cut, last_window_end)
+    check_two_versions(truth, client, done.id, max(last_window_end, truth.closed_until))
 
 
 # -- a swap aborted ahead of a queued one ---------------------------------------------------------
@@ -156,7 +159,7 @@ def test_submit_b_submit_c_abort_b_and_c_replaces_a(
     settings: Settings, spark: SparkSession, client: Client, tmp_path: Path
 ) -> None:
     spec = GeneratorSpec(rate=300, keys=3, seed=42, disorder_ms=300, time_scale=10, start_ts=T0)
-    with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as stop_load:
+    with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as load:
         wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
         b = client.submit(slow_to_deploy(tmp_path, 10))  # returns validated; its deploy takes 10 s
         with ThreadPoolExecutor(max_workers=1) as pool:
@@ -167,13 +170,13 @@ def test_submit_b_submit_c_abort_b_and_c_replaces_a(
         done = client.wait_until_done(c.id, 180)
         cut = int(done.cut_window_end or 0)
         wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 30_000, 120, "new windows")
-        stop_load.set()
-        closed_until = committed_watermark(client, "max_per_key_30s")
+        load.stop()
+        truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
         status = client.status()
     assert client.journal.get(b.id).state is SwapPhase.ABORTED
     assert status["graphs"][b.to_query]["state"] == "failed"
     assert done.from_query == "count_per_key"
-    check_two_versions(settings, client, cut, closed_until)
+    check_two_versions(truth, client, c.id)
 
 
 # -- an event from the far future ------------------------------------------------------------------
@@ -181,7 +184,7 @@ def test_an_event_from_the_year_2100_is_dead_lettered_and_moves_no_window_and_no
     settings: Settings, spark: SparkSession, client: Client
 ) -> None:
     spec = GeneratorSpec(rate=300, keys=3, seed=43, disorder_ms=300, time_scale=10, start_ts=T0)
-    with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as stop_load:
+    with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as load:
         wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
         producer = KafkaProducer(**settings.kafka_python_config(), acks="all")
         event = {"key": "k0", "value": 1.0, "ts": YEAR_2100_MS}
@@ -193,8 +196,8 @@ def test_an_event_from_the_year_2100_is_dead_lettered_and_moves_no_window_and_no
         done = client.wait_until_done(client.submit(MAX_30S).id, 180)
         cut = int(done.cut_window_end or 0)
         wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 30_000, 120, "new windows")
-        stop_load.set()
-        closed_until = committed_watermark(client, "max_per_key_30s")
+        load.stop()
+        truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
         status = client.status()
     assert cut % 30_000 == 0
     assert cut < T0 + 3_600_000, f"the cut {cut} was taken from the far-future event"
@@ -202,4 +205,5 @@ def test_an_event_from_the_year_2100_is_dead_lettered_and_moves_no_window_and_no
     assert [json.loads(r.value)["ts"] for r in dead] == [YEAR_2100_MS]
     assert dead[0].headers["hotswap.reason"] == b"event time more than 1h ahead of the watermark"
     assert status["dead_letter_records"] == 1
-    check_two_versions(settings, client, cut, closed_until)
+    assert len(truth.dead) == 1
+    check_two_versions(truth, client, done.id)

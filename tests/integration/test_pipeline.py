@@ -13,17 +13,8 @@ from contract.settings import Settings
 from executor.operator.client import Client
 from service_sink.audit import read_results
 from tests.conftest import wait_until
-from tests.integration.harness import (
-    REPO,
-    Version,
-    assert_invariants,
-    committed_watermark,
-    count_and_total,
-    executor_running,
-    late_event_ids,
-    read_topic,
-    source_events,
-)
+from tests.integration.harness import REPO, committed_watermark, executor_running, read_topic
+from tests.integration.oracle import Version, assert_invariants, count_and_total, settle
 from tools.generator import GeneratorSpec, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -42,8 +33,8 @@ def test_seeded_events_flow_through_and_every_closed_window_matches_a_recomputat
         assert report.sent == 4000
         last_closed = T0 + 35_000  # windows up to here close once the watermark (max ts - 2 s) passes them
         wait_until(lambda: committed_watermark(client, "count_per_key") >= last_closed, 120, "windows to close")
+        truth = settle(settings, lambda: committed_watermark(client, "count_per_key"))
         status = client.status()
-        closed_until = committed_watermark(client, "count_per_key")
 
     assert status["current"]["query_id"] == "count_per_key"
     partitions = status["service"]["partitions"]
@@ -52,12 +43,13 @@ def test_seeded_events_flow_through_and_every_closed_window_matches_a_recomputat
     assert status["service"]["watermark"] >= T0 + 35_000
     assert status["late_records"] == 0
 
-    events = source_events(settings)
-    assert len(events) == 4000
-    assert not late_event_ids(settings)
+    assert len(truth.events) == 4000
+    assert not truth.late
+    assert truth.closed_until >= last_closed
     results = read_results(settings)
     assert {r.query_id for r in results} == {"count_per_key"}
-    assert_invariants(results, events, [Version("count_per_key", 10_000, count_and_total)], [], closed_until)
+    version = Version("count_per_key", 10_000, count_and_total)
+    assert_invariants(results, truth.on_time, [version], [], truth.closed_until)
     assert len({r.window_start for r in results}) >= 3
 
 
@@ -86,12 +78,10 @@ def test_restart_on_the_same_namespace_resumes_without_duplicates(
     with executor_running(settings, spark, COUNT_QUERY):
         produce(settings, second, settings.source_topic)
         wait_until(lambda: committed_watermark(client, "count_per_key") >= T0 + 25_000, 120, "windows after restart")
-        closed_until = committed_watermark(client, "count_per_key")
+        truth = settle(settings, lambda: committed_watermark(client, "count_per_key"))
     assert [s["to_query"] for s in client.status()["swaps"]] == []
-    results = read_results(settings)
-    assert_invariants(
-        results, source_events(settings), [Version("count_per_key", 10_000, count_and_total)], [], closed_until
-    )
+    version = Version("count_per_key", 10_000, count_and_total)
+    assert_invariants(read_results(settings), truth.on_time, [version], [], truth.closed_until)
 
 
 MALFORMED = [

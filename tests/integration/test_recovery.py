@@ -15,20 +15,8 @@ from contract.settings import Settings
 from executor.operator.client import Client
 from service_sink.audit import read_results
 from tests.conftest import wait_until
-from tests.integration.harness import (
-    REPO,
-    ExecutorProcess,
-    Version,
-    assert_invariants,
-    committed_watermark,
-    continuous_load,
-    count_and_total,
-    executor_running,
-    late_event_ids,
-    mean_and_n,
-    peak_and_low,
-    source_events,
-)
+from tests.integration.harness import REPO, ExecutorProcess, committed_watermark, continuous_load, executor_running
+from tests.integration.oracle import Version, assert_invariants, count_and_total, mean_and_n, peak_and_low, settle
 from tools.generator import GeneratorSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -48,7 +36,7 @@ def test_a_flushed_redis_stops_the_executor_with_one_line_and_reset_starts_over(
 ) -> None:
     keys = Keys(settings.namespace)
     spec = GeneratorSpec(rate=300, keys=3, seed=51, disorder_ms=300, time_scale=10, start_ts=T0)
-    with continuous_load(settings, spec) as stop_load:
+    with continuous_load(settings, spec) as load:
         first = ExecutorProcess(settings, COUNT_10S, tmp_path)
         try:
             first.wait_serving(control, keys)
@@ -74,15 +62,14 @@ def test_a_flushed_redis_stops_the_executor_with_one_line_and_reset_starts_over(
         try:
             again.wait_serving(control, keys)
             wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 40_000, 180, "windows again")
-            stop_load.set()
-            closed_until = committed_watermark(client, "count_per_key")
+            load.stop()
+            truth = settle(settings, lambda: committed_watermark(client, "count_per_key"))
         finally:
             again.stop()
-    late = late_event_ids(settings)
-    events = [e for e in source_events(settings) if (e.partition, e.offset) not in late]
     # Both runs wrote the windows they closed; each (window, key) has one value under one key.
     versions = [Version("count_per_key", 10_000, count_and_total)]
-    assert_invariants(read_results(settings), events, versions, [], closed_until, allow_redelivery=True)
+    results = read_results(settings)
+    assert_invariants(results, truth.on_time, versions, [], truth.closed_until, allow_redelivery=True)
 
 
 def test_an_executor_stalled_past_its_lease_is_fenced_off_and_exits_when_it_wakes(
@@ -90,7 +77,7 @@ def test_an_executor_stalled_past_its_lease_is_fenced_off_and_exits_when_it_wake
 ) -> None:
     keys = Keys(settings.namespace)
     spec = GeneratorSpec(rate=300, keys=3, seed=52, disorder_ms=300, time_scale=10, start_ts=T0)
-    with continuous_load(settings, spec) as stop_load:
+    with continuous_load(settings, spec) as load:
         stalled = ExecutorProcess(settings, COUNT_10S, tmp_path)
         successor: ExecutorProcess | None = None
         try:
@@ -111,24 +98,23 @@ def test_an_executor_stalled_past_its_lease_is_fenced_off_and_exits_when_it_wake
             done = client.wait_until_done(swap.id, 180)
             cut = int(done.cut_window_end or 0)
             wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 30_000, 120, "new windows")
-            stop_load.set()
-            closed_until = committed_watermark(client, "max_per_key_30s")
+            load.stop()
+            truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
         finally:
             stalled.process.send_signal(signal.SIGCONT)
             stalled.stop()
             if successor is not None:
                 successor.stop()
-    late = late_event_ids(settings)
-    events = [e for e in source_events(settings) if (e.partition, e.offset) not in late]
     versions = [Version("count_per_key", 10_000, count_and_total), Version("max_per_key_30s", 30_000, peak_and_low)]
-    assert_invariants(read_results(settings), events, versions, [cut], closed_until, allow_redelivery=True)
+    cuts = [truth.cut(done)]
+    assert_invariants(read_results(settings), truth.on_time, versions, cuts, truth.closed_until, allow_redelivery=True)
 
 
 def test_a_completed_swap_and_a_running_one_are_rolled_back_under_load(
     settings: Settings, spark: SparkSession, client: Client
 ) -> None:
     spec = GeneratorSpec(rate=300, keys=3, seed=53, disorder_ms=300, time_scale=10, start_ts=T0)
-    with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as stop_load:
+    with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as load:
         wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
         completed = client.wait_until_done(client.submit(MAX_30S).id, 180)
         back = client.rollback(completed.id)
@@ -142,14 +128,14 @@ def test_a_completed_swap_and_a_running_one_are_rolled_back_under_load(
         final = back_again_done.to_query
         last_cut = int(back_again_done.cut_window_end or 0)
         wait_until(lambda: committed_watermark(client, final) >= last_cut + 30_000, 120, "windows after the rollback")
-        stop_load.set()
-        closed_until = committed_watermark(client, final)
+        load.stop()
+        truth = settle(settings, lambda: committed_watermark(client, final))
         status = client.status()
     swaps = {s["id"]: s for s in status["swaps"]}
     assert swaps[completed.id]["state"] == "rolled_back"
     assert swaps[running.id]["state"] == "rolled_back"
     assert f"rolled back by {back.id}" in swaps[completed.id]["note"]
-    cuts = [int(s["cut_window_end"]) for s in swaps.values()]
+    cuts = [truth.cut(client.journal.get(swap_id)) for swap_id in swaps]
     assert all(cut % 30_000 == 0 for cut in cuts)  # every cut, the rollbacks' included, is window-aligned
     assert [o["query_id"] for o in status["owners"]] == [
         "count_per_key",
@@ -165,9 +151,7 @@ def test_a_completed_swap_and_a_running_one_are_rolled_back_under_load(
         Version(running.to_query, 30_000, peak_and_low),
         Version(final, 10_000, count_and_total),
     ]
-    late = late_event_ids(settings)
-    events = [e for e in source_events(settings) if (e.partition, e.offset) not in late]
-    assert_invariants(read_results(settings), events, versions, cuts, closed_until)
+    assert_invariants(read_results(settings), truth.on_time, versions, cuts, truth.closed_until)
 
 
 def broken_query(tmp_path: Path, name: str) -> Path:
@@ -210,7 +194,7 @@ def test_a_query_failing_for_good_after_its_cut_is_rolled_back_and_then_fixed_fo
         wait_until(lambda: client.status()["graphs"][swap.to_query]["state"] == "failed", 180, "failed for good")
         return client.journal.get(swap.id)
 
-    with executor_running(failing_fast, spark, COUNT_10S), continuous_load(settings, spec) as stop_load:
+    with executor_running(failing_fast, spark, COUNT_10S), continuous_load(settings, spec) as load:
         wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
         first = fails_after_its_cut(broken_query(tmp_path, "scored"))
         assert first.cut_window_end is not None, first
@@ -221,16 +205,15 @@ def test_a_query_failing_for_good_after_its_cut_is_rolled_back_and_then_fixed_fo
         fixed = client.wait_until_done(client.submit(AVERAGE_10S, fix=second.id).id, 180)
         final = fixed.to_query
         wait_until(lambda: committed_watermark(client, final) >= int(fixed.cut_window_end or 0) + 30_000, 120, "fixed")
-        stop_load.set()
-        closed_until = committed_watermark(client, final)
+        load.stop()
+        truth = settle(settings, lambda: committed_watermark(client, final))
         status = client.status()
     swaps = {s["id"]: s for s in status["swaps"]}
     assert swaps[first.id]["state"] == "rolled_back"
     assert back.to_query == "count_per_key-2"
     assert back.from_query == "scored"
     assert fixed.from_query == "scored_again"
-    cuts = [int(first.cut_window_end or 0), int(back.cut_window_end or 0)]
-    cuts += [int(second.cut_window_end or 0), int(fixed.cut_window_end or 0)]
+    cuts = [truth.cut(client.journal.get(s.id)) for s in (first, back, second, fixed)]
     versions = [
         Version("count_per_key", 10_000, count_and_total),
         Version("scored", 10_000, count_and_total),
@@ -238,7 +221,5 @@ def test_a_query_failing_for_good_after_its_cut_is_rolled_back_and_then_fixed_fo
         Version("scored_again", 10_000, count_and_total),
         Version(final, 10_000, mean_and_n),
     ]
-    late = late_event_ids(settings)
-    events = [e for e in source_events(settings) if (e.partition, e.offset) not in late]
     # Every window after each W is answered once: by whoever took over the failed query's buffer.
-    assert_invariants(read_results(settings), events, versions, cuts, closed_until)
+    assert_invariants(read_results(settings), truth.on_time, versions, cuts, truth.closed_until)

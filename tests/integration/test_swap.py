@@ -14,21 +14,8 @@ from contract.settings import Settings
 from executor.operator.client import Client
 from service_sink.audit import read_results
 from tests.conftest import wait_until
-from tests.integration.harness import (
-    QUERIES,
-    REPO,
-    Version,
-    assert_invariants,
-    committed_watermark,
-    continuous_load,
-    count_and_total,
-    executor_running,
-    late_event_ids,
-    mean_and_n,
-    peak_and_low,
-    read_topic,
-    source_events,
-)
+from tests.integration.harness import QUERIES, REPO, committed_watermark, continuous_load, executor_running, read_topic
+from tests.integration.oracle import Version, assert_invariants, count_and_total, mean_and_n, peak_and_low, settle
 from tools.generator import GeneratorSpec, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -54,17 +41,17 @@ def test_three_consecutive_swaps_under_load_keep_every_invariant(
 ) -> None:
     # Event time runs 10x faster than the clock; events are up to 800 ms out of order (lateness 2 s).
     spec = GeneratorSpec(rate=300, keys=4, seed=21, disorder_ms=800, time_scale=10, start_ts=T0)
-    with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as stop_load:
+    with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as load:
         wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 20_000, 120, "first windows")
         swaps = [swap_and_wait(client, query) for query in (MAX_30S, AVERAGE_10S, TOTAL_20S)]
         final = str(swaps[-1]["to_query"])
         last_cut = int(str(swaps[-1]["cut_window_end"]))
         wait_until(lambda: committed_watermark(client, final) >= last_cut + 40_000, 120, "windows after the last cut")
-        stop_load.set()
-        closed_until = committed_watermark(client, final)
+        load.stop()
+        truth = settle(settings, lambda: committed_watermark(client, final))
         status = client.status()
 
-    cuts = [int(str(s["cut_window_end"])) for s in swaps]
+    cuts = [truth.cut(client.journal.get(str(s["id"]))) for s in swaps]
     assert cuts == sorted(cuts)
     assert cuts[0] % 30_000 == 0  # 10 s -> 30 s
     assert cuts[1] % 30_000 == 0  # 30 s -> 10 s
@@ -72,8 +59,6 @@ def test_three_consecutive_swaps_under_load_keep_every_invariant(
     assert status["current"]["query_id"] == final
     assert [g["state"] for g in status["graphs"].values()].count("running") == 1
 
-    late = late_event_ids(settings)
-    events = [e for e in source_events(settings) if (e.partition, e.offset) not in late]
     versions = [
         Version("count_per_key", 10_000, count_and_total),
         Version("max_per_key_30s", 30_000, peak_and_low),
@@ -81,7 +66,7 @@ def test_three_consecutive_swaps_under_load_keep_every_invariant(
         Version("total_per_key_20s", 20_000, count_and_total),
     ]
     assert [str(s["to_query"]) for s in swaps] == [v.query_id for v in versions[1:]]
-    assert_invariants(read_results(settings), events, versions, cuts, closed_until)
+    assert_invariants(read_results(settings), truth.on_time, versions, cuts, truth.closed_until)
 
 
 def slow_query(tmp_path: Path, sleep_s: float) -> Path:
@@ -127,7 +112,7 @@ def test_a_new_query_slow_to_start_buffers_its_rows_in_its_topic(
     start = 1_800_000_000_000
     spec = GeneratorSpec(rate=300, keys=3, seed=8, disorder_ms=300, time_scale=10, start_ts=start)
     query = slow_query(tmp_path, sleep_s=20)
-    with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as stop_load:
+    with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as load:
         wait_until(lambda: committed_watermark(client, "count_per_key") > start + 10_000, 120, "first windows")
         record = client.submit(query)
         client.wait_for(record.id, lambda r: r.state.is_past_cut, 120, "cut")
@@ -142,29 +127,28 @@ def test_a_new_query_slow_to_start_buffers_its_rows_in_its_topic(
             120,
             "the slow query to catch up",
         )
-        stop_load.set()
-        closed_until = committed_watermark(client, "slow_start")
+        load.stop()
+        truth = settle(settings, lambda: committed_watermark(client, "slow_start"))
 
     assert (tmp_path / "slow-start-done").exists()
     versions = [Version("count_per_key", 10_000, count_and_total), Version("slow_start", 10_000, count_and_total)]
-    late = late_event_ids(settings)
-    events = [e for e in source_events(settings) if (e.partition, e.offset) not in late]
-    assert_invariants(read_results(settings), events, versions, [int(done.cut_window_end or 0)], closed_until)
+    assert_invariants(read_results(settings), truth.on_time, versions, [truth.cut(done)], truth.closed_until)
 
 
 def test_a_swap_from_10s_to_30s_windows_cuts_on_a_30s_boundary(
     settings: Settings, spark: SparkSession, client: Client
 ) -> None:
     spec = GeneratorSpec(rate=300, keys=3, seed=4, disorder_ms=500, time_scale=10, start_ts=T0)
-    with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as stop_load:
+    with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as load:
         wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
         before = max(int(p["window_end"]) for p in client.status()["service"]["partitions"].values())
         swap = swap_and_wait(client, MAX_30S)
         cut = int(str(swap["cut_window_end"]))
         wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 60_000, 120, "30 s windows")
-        stop_load.set()
-        closed_until = committed_watermark(client, "max_per_key_30s")
+        load.stop()
+        truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
 
+    assert truth.cut(client.journal.get(str(swap["id"]))) == cut
     assert cut % 30_000 == 0
     assert cut >= before
     results = read_results(settings)
@@ -174,9 +158,7 @@ def test_a_swap_from_10s_to_30s_windows_cuts_on_a_30s_boundary(
     assert min(r.window_start for r in results if r.query_id == "max_per_key_30s") == cut
     assert max(r.window_end for r in results if r.query_id == "count_per_key") == cut
     versions = [Version("count_per_key", 10_000, count_and_total), Version("max_per_key_30s", 30_000, peak_and_low)]
-    late = late_event_ids(settings)
-    events = [e for e in source_events(settings) if (e.partition, e.offset) not in late]
-    assert_invariants(results, events, versions, [cut], closed_until)
+    assert_invariants(results, truth.on_time, versions, [cut], truth.closed_until)
 
 
 def test_late_events_after_a_cut_go_to_the_late_topic_and_are_counted(

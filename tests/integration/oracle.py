@@ -1,0 +1,311 @@
+"""The oracle: what the results must be, worked out from the source topic, Spark's own offset log of
+the service graph and the documented rules alone, never from what hotswap reports about itself.
+
+- **The cut W** is read from the journal, then checked against the rule: the first boundary of both
+  window sizes at or after the largest window end among the rows routed before the cut's batch
+  (rows before the batch's start offsets in Spark's offset log).
+- **Late events** are predicted from event times and the lateness: a row is surely late when its
+  event time is behind every partition's position minus the lateness, and can only be late when it
+  is behind some partition's position minus the lateness (unless the whole source went quiet for
+  the idle timeout before it, which lets the watermark run ahead on processing time). The late
+  topic's content must lie between the two.
+- **The closed horizon** is the watermark the source implies once every row is read: the slowest
+  partition's largest event time minus the lateness. Every window ending at or before it must have
+  its result; the test waits for the product to get there, it does not ask it where it is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from contract.journal import SwapRecord
+from contract.settings import Settings
+from contract.windows import cut_boundary, window_end
+from service_sink.audit import Result, read_topic_records
+from tests.conftest import wait_until
+
+EventId = tuple[int, int]  # (source partition, offset)
+# Spark keeps its offset log for the last 20 batches by default (spark_session.py); the oracle reads
+# every batch's offsets, so test sessions keep them all.
+KEEP_EVERY_BATCH = {"spark.sql.streaming.minBatchesToRetain": "1000000"}
+
+
+@dataclass(frozen=True)
+class SourceEvent:
+    partition: int
+    offset: int
+    key: str
+    value: float
+    ts: int
+    created: int  # the Kafka record's timestamp (when the generator sent it), epoch ms
+
+    @property
+    def id(self) -> EventId:
+        return (self.partition, self.offset)
+
+
+def source_events(settings: Settings) -> list[SourceEvent]:
+    events = []
+    for r in read_topic_records(settings, settings.source_topic, timeout_s=60):
+        body = json.loads(r.value)
+        events.append(
+            SourceEvent(r.partition, r.offset, body["key"], float(body["value"]), int(body["ts"]), int(r.timestamp))
+        )
+    return events
+
+
+def event_ids(settings: Settings, topic: str) -> set[EventId]:
+    """The source rows that hotswap set aside in its late or dead-letter topic."""
+    return {
+        (int(b["partition"]), int(b["offset"]))
+        for b in (json.loads(r.value) for r in read_topic_records(settings, topic, timeout_s=60))
+    }
+
+
+def batch_ends(settings: Settings, batch_id: int) -> dict[int, int]:
+    """The end offsets (exclusive) of one service-graph batch in the source, from Spark's offset log:
+    a version line, the batch metadata, then one line of offsets per source."""
+    lines = (settings.names.service_checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+    return {int(p): int(o) for p, o in json.loads(lines[2])[settings.source_topic].items()}
+
+
+class ServiceBatches:
+    """Spark's offset log of the service graph: where each of its batches ended in the source.
+
+    `offsets/N` holds the end offsets (exclusive) of batch N, written before the batch runs; batch N
+    starts where N-1 ended. The tests' Spark sessions keep every entry (minBatchesToRetain)."""
+
+    def __init__(self, settings: Settings) -> None:
+        directory = settings.names.service_checkpoint / "offsets"
+        ids = [int(path.name) for path in directory.iterdir() if path.name.isdigit()]
+        self._ends = {batch_id: batch_ends(settings, batch_id) for batch_id in ids}
+        self._order = sorted(self._ends)
+        assert self._order == list(range(len(self._order))), (
+            f"the service graph's offset log is not complete ({self._order[:3]}…); raise minBatchesToRetain"
+        )
+
+    def start_of(self, batch_id: int) -> dict[int, int]:
+        """The first offset of `batch_id` in each partition: everything before it was routed earlier."""
+        return self._ends.get(batch_id - 1, {})
+
+    def batch_of(self, event: SourceEvent) -> int | None:
+        """The batch that read this row, or None if no batch has read it."""
+        for batch_id in self._order:
+            if event.offset < self._ends[batch_id].get(event.partition, 0):
+                return batch_id
+        return None
+
+
+@dataclass
+class Truth:
+    """What the source says, once every row was read: the rows that count, and how far windows closed."""
+
+    settings: Settings
+    events: list[SourceEvent]
+    late: set[EventId]
+    dead: set[EventId]
+    batches: ServiceBatches
+    closed_until: int
+    checked_cuts: list[int] = field(default_factory=list)
+
+    @property
+    def on_time(self) -> list[SourceEvent]:
+        return [e for e in self.events if e.id not in self.late and e.id not in self.dead]
+
+    def cut(self, swap: SwapRecord) -> int:
+        """The swap's W from the journal, checked against the rule (a recovery's W is where the failed
+        query stopped, decided by the executor from that query's output: it is returned unchecked)."""
+        assert swap.cut_window_end is not None, f"swap {swap.id} has no cut"
+        w = int(swap.cut_window_end)
+        if swap.recovers is None:
+            assert swap.cut_batch is not None, swap
+            assert swap.old_window_ms, swap
+            assert swap.new_window_ms, swap
+            start = self.batches.start_of(swap.cut_batch)
+            routed = [
+                window_end(e.ts, self.settings.window_ms)
+                for e in self.events
+                if e.offset < start.get(e.partition, 0) and e.id not in self.dead and e.id not in self.late
+            ]
+            rule = cut_boundary(max(routed, default=0), swap.old_window_ms, swap.new_window_ms)
+            assert w == rule, f"swap {swap.id} cut at {w}; the rule gives {rule} (batch {swap.cut_batch})"
+        self.checked_cuts.append(w)
+        return w
+
+
+def horizon(on_time: Iterable[SourceEvent], lateness_ms: int) -> int:
+    """The service watermark once every row is read: the slowest partition's largest event time
+    among the rows it routed, minus the lateness."""
+    tops: dict[int, int] = {}
+    for e in on_time:
+        tops[e.partition] = max(tops.get(e.partition, e.ts), e.ts)
+    return min(tops.values()) - lateness_ms if tops else 0
+
+
+def routed_everything(settings: Settings, source_ends: dict[int, int]) -> bool:
+    """Spark's logs say the service graph committed a batch that ends at the source's end."""
+    checkpoint = settings.names.service_checkpoint
+    committed = [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*") if p.name.isdigit()]
+    if not committed:
+        return not any(source_ends.values())
+    ends = batch_ends(settings, max(committed))
+    return all(ends.get(p, 0) >= end for p, end in source_ends.items())
+
+
+def settle(settings: Settings, watermark_of_final: Callable[[], int], timeout_s: float = 180) -> Truth:
+    """Once the load has stopped: wait until the service graph routed every source row, check the
+    late topic against the prediction, then wait until the final query's committed watermark
+    reaches the horizon the source implies. Call it while the executor still runs."""
+    events = source_events(settings)
+    source_ends: dict[int, int] = {}
+    for e in events:
+        source_ends[e.partition] = max(source_ends.get(e.partition, 0), e.offset + 1)
+    wait_until(lambda: routed_everything(settings, source_ends), timeout_s, "the service graph to route every row")
+    dead = event_ids(settings, settings.names.dead_letter_topic)
+    late = event_ids(settings, settings.names.late_topic)
+    check_late(settings, events, late, dead)
+    closed_until = horizon((e for e in events if e.id not in late and e.id not in dead), settings.lateness_ms)
+    wait_until(lambda: watermark_of_final() >= closed_until, timeout_s, f"every window through {closed_until} to close")
+    return Truth(settings, events, late, dead, ServiceBatches(settings), closed_until)
+
+
+def check_late(settings: Settings, events: list[SourceEvent], late: set[EventId], dead: set[EventId]) -> None:
+    """The late topic holds every row that was surely late, and none that could not have been."""
+    batches = ServiceBatches(settings)
+    by_batch: dict[int, list[SourceEvent]] = defaultdict(list)
+    for e in events:
+        batch_id = batches.batch_of(e)
+        assert batch_id is not None or e.id not in late, f"row {e.id} is in the late topic but was never read"
+        if batch_id is not None:
+            by_batch[batch_id].append(e)
+    lateness = settings.lateness_ms
+    idle_ms = settings.idle_timeout_ms
+    positions: dict[int, int] = {}
+    last_created: int | None = None
+    quiet_seen = False
+    for batch_id in sorted(by_batch):
+        rows = by_batch[batch_id]
+        first_created = min(e.created for e in rows)
+        # Only a source quiet for the idle timeout lets the watermark move on processing time.
+        if idle_ms is not None and last_created is not None and first_created - last_created >= idle_ms:
+            quiet_seen = True
+        for e in rows:
+            if e.id in dead or not positions:
+                continue
+            if e.ts < min(positions.values()) - lateness:
+                assert e.id in late, f"row {e.id} (ts {e.ts}) was behind every partition but not sent to the late topic"
+            if e.id in late and not quiet_seen:
+                assert e.ts < max(positions.values()) - lateness, f"row {e.id} (ts {e.ts}) sent to the late topic early"
+        for e in rows:
+            if e.id not in dead and e.id not in late:
+                positions[e.partition] = max(positions.get(e.partition, e.ts), e.ts)
+        last_created = max([e.created for e in rows] + ([last_created] if last_created is not None else []))
+
+
+# -- expected results ----------------------------------------------------------------------------
+Aggregate = Callable[[list[SourceEvent]], dict[str, float]]
+
+
+def count_and_total(events: list[SourceEvent]) -> dict[str, float]:
+    return {"n": len(events), "total": sum(e.value for e in events)}
+
+
+def peak_and_low(events: list[SourceEvent]) -> dict[str, float]:
+    return {"peak": max(e.value for e in events), "low": min(e.value for e in events)}
+
+
+def mean_and_n(events: list[SourceEvent]) -> dict[str, float]:
+    return {"mean": sum(e.value for e in events) / len(events), "n": len(events)}
+
+
+@dataclass(frozen=True)
+class Version:
+    query_id: str
+    window_ms: int
+    aggregate: Aggregate
+
+
+def expected_results(
+    events: list[SourceEvent], versions: list[Version], cuts: list[int], closed_until: int
+) -> dict[tuple[int, str], tuple[str, int, dict[str, float]]]:
+    """(window_start, key) -> (owning query, window_end, values) for every closed window.
+
+    Version i owns event times in [cuts[i-1], cuts[i]); windows close when their end is at or
+    before `closed_until`.
+    """
+    bounds = [-math.inf, *cuts, math.inf]
+    grouped: dict[tuple[int, str, int], list[SourceEvent]] = defaultdict(list)
+    for e in events:
+        for i, version in enumerate(versions):
+            if bounds[i] <= e.ts < bounds[i + 1]:
+                start = (e.ts // version.window_ms) * version.window_ms
+                grouped[(i, e.key, start)].append(e)
+                break
+    out: dict[tuple[int, str], tuple[str, int, dict[str, float]]] = {}
+    for (i, key, start), group in grouped.items():
+        version = versions[i]
+        end = start + version.window_ms
+        if end <= closed_until:
+            out[(start, key)] = (version.query_id, end, version.aggregate(group))
+    return out
+
+
+def same_result(a: Result, b: Result) -> bool:
+    """The same record under the same key; a float may differ in its last bits, because a replayed
+    batch can add the same values in another order."""
+    if a.key != b.key or a.row.keys() != b.row.keys():
+        return False
+    for column, value in a.row.items():
+        other = b.row[column]
+        if isinstance(value, float) and isinstance(other, float):
+            if not math.isclose(value, other, rel_tol=1e-9):
+                return False
+        elif value != other:
+            return False
+    return True
+
+
+def assert_invariants(
+    results: list[Result],
+    events: list[SourceEvent],
+    versions: list[Version],
+    cuts: list[int],
+    closed_until: int,
+    *,
+    allow_redelivery: bool = False,
+) -> None:
+    """Exactly once per (window, group), owned by the right version, no gap, correct values.
+
+    With `allow_redelivery` (after a crash) a result may appear twice in the topic, but only as
+    the identical record with the same key (a replayed batch overwriting itself).
+    """
+    seen: dict[tuple[int, str], Result] = {}
+    for r in results:
+        identity = (r.window_start, str(r.row["key"]))
+        if identity in seen and allow_redelivery and same_result(seen[identity], r):
+            continue
+        assert identity not in seen, f"duplicate result for window {identity}: {seen[identity].row} and {r.row}"
+        seen[identity] = r
+    expected = expected_results(events, versions, cuts, closed_until)
+    missing = sorted(set(expected) - set(seen))
+    assert not missing, f"{len(missing)} closed (window, key) results missing, first {missing[:5]}"
+    for identity, result in seen.items():
+        if identity not in expected:
+            # A window that closed after `closed_until` may already be out; it must still be owned right.
+            continue
+        owner, end, values = expected[identity]
+        assert result.query_id == owner, f"window {identity} answered by {result.query_id}, owner is {owner}"
+        assert result.window_end == end, f"window {identity} ends at {result.window_end}, expected {end}"
+        for name, value in values.items():
+            assert math.isclose(float(result.row[name]), value, rel_tol=1e-9, abs_tol=1e-6), (
+                f"window {identity} {name}={result.row[name]}, recomputed {value}"
+            )
+    # Ownership for every result, closed or not: at or before W the old version, after it the new.
+    bounds = [-math.inf, *cuts, math.inf]
+    for r in results:
+        version = next(v for i, v in enumerate(versions) if bounds[i] <= r.window_start < bounds[i + 1])
+        assert r.query_id == version.query_id, f"window starting {r.window_start} answered by {r.query_id}"
