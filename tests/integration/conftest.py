@@ -82,7 +82,7 @@ def spark(services: Services) -> Iterator[SparkSession]:
     # One driver serves every in-process test: with 1 GiB its old generation reached 96% and full
     # GCs ran back to back late in the suite, stalling queries for minutes. 2 GiB leaves headroom.
     settings = Settings(jars_dir=JARS, kafka_bootstrap=services.bootstrap, spark_driver_memory="2g")
-    session = build_spark_session(settings, EmbeddedStack(settings).spark_connector_jars())
+    session = build_spark_session(settings)
     yield session
     session.stop()
 
