@@ -1,4 +1,5 @@
-# hotswap: `make demo` and `make test` do all the set-up on a machine with Python 3.11+, Java 17+ and Maven.
+# hotswap: `make demo` and `make test` do all the set-up on a machine with Python 3.11+ and Java 17+ (Debian/Ubuntu).
+# They install redis-server and Maven if missing; `hotswap run` needs neither (README, "What needs what").
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -21,10 +22,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## Create .venv and install hotswap with its development tools
 
-system-deps: ## Install redis-server if missing (Debian/Ubuntu); check Java and Maven
+system-deps: ## Install redis-server and Maven if missing (Debian/Ubuntu); check Java
 	@command -v redis-server >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server; }
 	@command -v java >/dev/null 2>&1 || { echo "Java 17+ is required (e.g. apt-get install openjdk-17-jdk-headless)"; exit 1; }
-	@command -v mvn >/dev/null 2>&1 || { echo "Maven is required to fetch Kafka and Spark's connector (apt-get install maven)"; exit 1; }
+# Java first: installing Maven without it would pull in the distribution's default JRE, maybe older than 17.
+	@command -v mvn >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq maven; }
 
 jars: install system-deps ## Fetch Kafka's and Spark's Kafka connector jars from Maven Central (once)
 	$(BIN)/hotswap stack fetch

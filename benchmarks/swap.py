@@ -169,7 +169,7 @@ def main() -> None:
     base = settings_for("stack")
     stack = EmbeddedStack(base)
     stack.up()
-    spark = build_spark_session(base, stack.spark_connector_jars())
+    spark = build_spark_session(base)
     try:
         plain = plain_spark_catch_up(spark)
         hotswap = hotswap_catch_up(spark)

@@ -29,7 +29,9 @@ class Settings(BaseSettings):
 
     # Where the embedded stack, fetched jars and Spark checkpoints live.
     home: Path = Path(".hotswap")
-    # Jars fetched from Maven Central (default: <home>/jars); tests share one cache across homes.
+    # Jars `hotswap stack fetch` gets from Maven Central (default: <home>/jars): the embedded broker's and
+    # Spark's Kafka connector, which the Spark session uses when present (the offline option).
+    # Tests share one cache across homes.
     jars_dir: Path | None = None
     # Every Redis key, topic and checkpoint of one deployment sits under its namespace.
     # No dots: topic names put the namespace between dots (hotswap.<ns>.graph.<id>), and a dot in

@@ -66,7 +66,7 @@ def run_demo(
     stack.up()
     stack_ready = time.monotonic()
     console.print("stack up; starting Spark and the executor ...")
-    spark = build_spark_session(settings, stack.spark_connector_jars())
+    spark = build_spark_session(settings)
     client = Client(settings, redis_client(settings))
     executor = Executor(settings, spark, redis_client(settings))
     stop_executor = threading.Event()

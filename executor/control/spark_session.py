@@ -2,17 +2,22 @@
 
 Local mode is the default; a cluster master URL or extra Spark conf comes from settings
 (`spark_master`, `spark_conf`), so moving to a cluster changes configuration, not code.
+Spark's Kafka connector comes from the jars directory if it holds it, else from Maven Central
+(see `connector_conf`).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
+import structlog
 from pyspark.sql import SparkSession
 
 from contract.settings import Settings
+from executor.stack.jars import connector_package, local_connector_jars
+
+log = structlog.get_logger(__name__)
 
 # Small defaults for a shared 2-core machine; any of them can be overridden by settings.spark_conf.
 _DEFAULT_CONF = {
@@ -33,16 +38,32 @@ _DEFAULT_CONF = {
 }
 
 
-def build_spark_session(settings: Settings, jars: list[Path]) -> SparkSession:
+def connector_conf(settings: Settings) -> dict[str, str]:
+    """The Spark conf that adds the Kafka connector, which the pyspark wheel does not ship."""
+    # Jars that `hotswap stack fetch` left in the jars directory come first: copied there, they let
+    # an air-gapped machine run. Otherwise Spark resolves the connector from Maven Central itself
+    # (Ivy), so running needs Java and Python but no Maven; its Ivy cache stays under home.
+    jars = local_connector_jars(settings.jar_cache)
+    if jars is not None:
+        log.info("spark.kafka_connector", jars=str(jars[0].parent))
+        return {"spark.jars": ",".join(str(jar) for jar in jars)}
+    package, ivy = connector_package(), settings.home.expanduser().resolve() / "ivy"
+    log.info("spark.kafka_connector", package=package, ivy=str(ivy))
+    return {"spark.jars.packages": package, "spark.jars.ivy": str(ivy)}
+
+
+def build_spark_session(settings: Settings) -> SparkSession:
     # Without these, Python workers fail to connect back to the driver (docs/architecture.md, "Known traps").
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.master(settings.spark_master).appName(f"hotswap-{settings.namespace}")
-    conf = {**_DEFAULT_CONF, "spark.driver.memory": settings.spark_driver_memory}
-    if jars:
-        conf["spark.jars"] = ",".join(str(j) for j in jars)
-    conf.update(settings.spark_conf)
+    conf = {
+        **_DEFAULT_CONF,
+        "spark.driver.memory": settings.spark_driver_memory,
+        **connector_conf(settings),
+        **settings.spark_conf,  # last: settings override every default
+    }
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -109,12 +109,16 @@ def stack_up(ctx: typer.Context) -> None:
 @stack_app.command("fetch")
 @operator_errors
 def stack_fetch(ctx: typer.Context) -> None:
-    """Fetch Kafka's and Spark's Kafka connector jars from Maven Central (once; later calls are instant)."""
+    """Fetch the embedded broker's and Spark's Kafka connector jars with Maven (once; later calls are instant).
+
+    `run` uses the connector's jars when they are there, so a copy of the jars directory (HOTSWAP_JARS_DIR)
+    lets an offline machine run; without them Spark downloads the connector itself."""
     from executor.stack import EmbeddedStack
 
     stack = EmbeddedStack(ctx.obj.settings())
     typer.echo(f"kafka broker jars: {stack.kafka_jars()}")
-    typer.echo(f"spark connector jars: {len(stack.spark_connector_jars())} in {stack.spark_connector_jars()[0].parent}")
+    connector = stack.spark_connector_jars()
+    typer.echo(f"spark connector jars: {len(connector)} in {connector[0].parent}")
 
 
 @stack_app.command("down")
@@ -172,7 +176,6 @@ def run(
     from executor.control.lease import Lease
     from executor.control.spark_session import build_spark_session
     from executor.operator.client import redis_client
-    from executor.stack import EmbeddedStack
 
     settings = ctx.obj.settings(
         window=window,
@@ -203,7 +206,7 @@ def run(
         finally:
             topics.close()
         console.print(f"namespace {settings.namespace} reset: removed {', '.join(removed) or 'nothing'}")
-    spark = build_spark_session(settings, EmbeddedStack(settings).spark_connector_jars())
+    spark = build_spark_session(settings)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -85,7 +85,7 @@ def spark(services: Services) -> Iterator[SparkSession]:
     settings = Settings(
         jars_dir=JARS, kafka_bootstrap=services.bootstrap, spark_driver_memory="2g", spark_conf=KEEP_EVERY_BATCH
     )
-    session = build_spark_session(settings, EmbeddedStack(settings).spark_connector_jars())
+    session = build_spark_session(settings)
     yield session
     session.stop()
 

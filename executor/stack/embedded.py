@@ -1,0 +1,218 @@
+"""EmbeddedStack: `hotswap stack up | down | status | fetch` over the broker and Redis (see the package docstring)."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import structlog
+
+from contract.settings import Settings
+from executor.errors import StackError
+from executor.stack import jars
+from executor.stack.kafka import KafkaBroker
+from executor.stack.process import Proc, ProcessState, failure_hint, is_ours, listens, port_open, terminate
+from executor.stack.redis import RedisServer
+
+log = structlog.get_logger(__name__)
+
+POLL_S = 0.25
+# How long a service that took our port while ours failed to start gets to answer (see _taken_meanwhile).
+RACE_GRACE_S = 10.0
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    """One service of the stack as seen right now."""
+
+    name: str  # "kafka" or "redis"
+    address: str  # "127.0.0.1:9092" / "redis://127.0.0.1:6379/0", passwords masked
+    managed: bool  # True if the embedded stack runs it (its pid is in our state file)
+    pid: int | None
+    healthy: bool
+
+
+class _Service(Protocol):
+    """What the stack needs of each service, embedded or external (KafkaBroker, RedisServer)."""
+
+    name: str
+    title: str
+    env: str  # the setting that makes it external
+    stop_grace_s: float
+
+    @property
+    def external(self) -> bool: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def ports(self) -> tuple[int, ...]: ...
+    def address(self) -> str: ...
+    def answers(self) -> bool: ...
+
+
+class EmbeddedStack:
+    """Fetches, starts, checks and stops the embedded Kafka broker and Redis server."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.home = settings.home.expanduser().resolve()
+        self.kafka = KafkaBroker(settings, self.home)
+        self.redis = RedisServer(settings, self.home)
+        self.services: tuple[_Service, ...] = (self.kafka, self.redis)
+        self.state = ProcessState(self.home)
+
+    # ------------------------------------------------------------------ jars
+
+    def kafka_jars(self) -> Path:
+        """The directory of the broker's jars, fetched from Maven Central on first use."""
+        return jars.kafka_jars(self.settings.jar_cache)
+
+    def spark_connector_jars(self) -> list[Path]:
+        """The paths of Spark's Kafka connector jars at the pyspark version, fetched on first use."""
+        return jars.fetch_connector_jars(self.settings.jar_cache)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def up(self, timeout_s: float = 120.0) -> list[ServiceStatus]:
+        """Start what is neither external nor already running, then wait until both services answer."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        with self.state.lock():
+            state = self.state.live()
+            self.state.write(state)  # drops entries of processes that are gone
+            to_start: list[str] = []
+            # Something already on the port: use it if it answers (checked below), never start a duplicate.
+            foreign: set[str] = set()
+            for service in self.services:
+                if service.external or service.name in state:
+                    continue
+                if port_open(service.port):
+                    foreign.add(service.name)
+                else:
+                    to_start.append(service.name)
+            redis_server = shutil.which("redis-server") if "redis" in to_start else None
+            if "redis" in to_start and redis_server is None:
+                raise StackError(
+                    "redis-server is not on PATH; install the Debian package redis-server (`make` does it)"
+                )
+            kafka_jars: Path | None = None
+            if "kafka" in to_start:
+                if shutil.which("java") is None:
+                    raise StackError("java is not on PATH; install a Java 17 runtime (`make` does it)")
+                kafka_jars = self.kafka_jars()  # may take minutes the first time: before the deadline starts
+
+            began = time.monotonic()
+            if redis_server is not None:
+                state["redis"] = self.redis.start(redis_server)
+                self.state.write(state)
+            if kafka_jars is not None:
+                state["kafka"] = self.kafka.start(kafka_jars)
+                self.state.write(state)
+
+            self._wait_until_answering(state, foreign, began + timeout_s, timeout_s)
+            log.info("stack.up", seconds=round(time.monotonic() - began, 1), started=to_start)
+            return [self._status(service, state, healthy=True) for service in self.services]
+
+    def down(self) -> list[str]:
+        """Stop the processes this stack started (SIGTERM, wait, SIGKILL); return the names stopped."""
+        if not self.home.is_dir():
+            return []
+        stopped: list[str] = []
+        with self.state.lock():
+            state = self.state.read()
+            for service in self.services:
+                proc = state.get(service.name)
+                if proc is None:
+                    continue
+                if is_ours(proc):
+                    log.info("stack.stopping", service=service.name, pid=proc.pid)
+                    terminate(proc, service.stop_grace_s)
+                    stopped.append(service.name)
+                else:
+                    log.info("stack.stale_entry", service=service.name, pid=proc.pid)
+                del state[service.name]
+                self.state.write(state)
+        return stopped
+
+    def status(self) -> list[ServiceStatus]:
+        """Both services: where they are, whether we run them, and whether they answer now."""
+        state = self.state.live()
+        return [self._status(service, state, healthy=service.answers()) for service in self.services]
+
+    # ------------------------------------------------------------------ helpers
+
+    def _ours(self, state: dict[str, Proc], service: _Service) -> Proc | None:
+        """The process we started for `service`, unless settings now name an external one."""
+        return None if service.external else state.get(service.name)
+
+    def _status(self, service: _Service, state: dict[str, Proc], healthy: bool) -> ServiceStatus:
+        proc = self._ours(state, service)
+        pid = proc.pid if proc is not None else None
+        return ServiceStatus(service.name, service.address(), proc is not None, pid, healthy)
+
+    def _wait_until_answering(
+        self, state: dict[str, Proc], foreign: set[str], deadline: float, timeout_s: float
+    ) -> None:
+        """Poll both services until they answer; fail early if one we started exits."""
+        waiting = {service.name: service for service in self.services}
+        while True:
+            for name, service in list(waiting.items()):
+                proc = self._ours(state, service)
+                if proc is not None and not is_ours(proc):
+                    del state[name]
+                    self.state.write(state)
+                    if self._taken_meanwhile(service, deadline):
+                        log.info("stack.port_taken_meanwhile", service=name)
+                        foreign.add(name)
+                        del waiting[name]
+                        continue
+                    hint = failure_hint(proc.log)
+                    raise StackError(
+                        f"{service.title} exited while starting{f' ({hint})' if hint else ''}; "
+                        f"see {proc.log}, fix it and run up again"
+                    )
+                # A process we started counts once it answers *and* holds the port itself (not a
+                # stack of another checkout that won a race for it while ours is failing to bind).
+                if service.answers() and (proc is None or listens(proc.pid, service.port)):
+                    del waiting[name]
+            if not waiting:
+                return
+            if time.monotonic() >= deadline:
+                raise StackError(self._not_up_message(list(waiting.values()), state, foreign, timeout_s))
+            time.sleep(POLL_S)
+
+    def _taken_meanwhile(self, service: _Service, deadline: float) -> bool:
+        """After one of ours died: did another stack (say, of another checkout started at the same
+        time) take its ports? If they are in use, give that one a little while to answer."""
+        if not any(port_open(port) for port in service.ports):
+            return False
+        until = min(deadline, time.monotonic() + RACE_GRACE_S)
+        while not service.answers():
+            if time.monotonic() >= until:
+                return False
+            time.sleep(POLL_S)
+        return True
+
+    def _not_up_message(
+        self, services: list[_Service], state: dict[str, Proc], foreign: set[str], timeout_s: float
+    ) -> str:
+        parts: list[str] = []
+        for service in services:
+            proc = self._ours(state, service)
+            if proc is not None:
+                parts.append(f"{service.title} (pid {proc.pid}) did not answer on {service.address()}; see {proc.log}")
+            elif service.name in foreign:
+                parts.append(
+                    f"port {service.port} is taken by another process that does not answer as {service.title}; "
+                    f"stop it or pick another port"
+                )
+            else:
+                parts.append(
+                    f"external {service.title} at {service.address()} ({service.env}) did not answer; "
+                    "check it is reachable"
+                )
+        started = any(self._ours(state, service) is not None for service in services)
+        ours = " (`hotswap stack down` stops what we started)" if started else ""
+        return f"stack not up after {timeout_s:.0f}s: " + "; ".join(parts) + ours

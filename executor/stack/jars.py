@@ -1,0 +1,163 @@
+"""Jars from Maven Central: the embedded Kafka broker's, and Spark's Kafka connector.
+
+Both are resolved with Maven from the POMs in `compose/` into `settings.jar_cache` (`<home>/jars`
+unless `HOTSWAP_JARS_DIR` says otherwise), once: a directory counts only once it holds the
+`.complete` marker, written after every jar arrived. `hotswap stack fetch` fills both. The Spark
+session uses the connector's jars when they are there (the offline option) and otherwise lets
+Spark resolve the connector itself, so only the embedded broker needs Maven.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import xml.etree.ElementTree as ET
+from importlib import metadata
+from pathlib import Path
+
+import structlog
+
+from executor.errors import StackError
+from executor.stack.process import last_line, locked
+
+log = structlog.get_logger(__name__)
+
+COMPOSE_DIR = Path(__file__).resolve().parent.parent.parent / "compose"
+KAFKA_POM_DIR = COMPOSE_DIR / "kafka"
+CONNECTOR_POM_DIR = COMPOSE_DIR / "spark-connector"
+# Sends the GCS mirror that Spark's parent POM lists to Maven Central (see the file).
+MAVEN_SETTINGS = COMPOSE_DIR / "maven-settings.xml"
+# The jars Spark's Kafka source and sink need beyond what the pyspark wheel ships, in this order.
+CONNECTOR_ARTIFACTS = (
+    "spark-sql-kafka-0-10_2.13",
+    "spark-token-provider-kafka-0-10_2.13",
+    "kafka-clients",
+    "commons-pool2",
+)
+KAFKA_FALLBACK_VERSION = "4.1.1"
+COMPLETE_MARKER = ".complete"
+MAVEN_TIMEOUT_S = 900.0
+_POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
+
+
+def kafka_jars(jar_cache: Path) -> Path:
+    """The directory of the broker's jars, fetched from Maven Central on first use."""
+    dest = jar_cache / f"kafka-{kafka_version()}"
+    _fetch(KAFKA_POM_DIR, dest, [], "Kafka broker")
+    return dest
+
+
+def fetch_connector_jars(jar_cache: Path) -> list[Path]:
+    """The paths of Spark's Kafka connector jars at the pyspark version, fetched on first use."""
+    spark_version = pyspark_version()
+    dest = _connector_dir(jar_cache)
+    extra = [f"-Dspark.version={spark_version}", "-DincludeArtifactIds=" + ",".join(CONNECTOR_ARTIFACTS)]
+    _fetch(CONNECTOR_POM_DIR, dest, extra, "Spark Kafka connector")
+    jars = local_connector_jars(jar_cache)
+    if jars is None:
+        raise StackError(f"{dest} lacks some of {', '.join(CONNECTOR_ARTIFACTS)}; delete it and retry to fetch again")
+    return jars
+
+
+def local_connector_jars(jar_cache: Path) -> list[Path] | None:
+    """The connector's jars if a complete fetch left all of them in `jar_cache`, else None. Never fetches."""
+    dest = _connector_dir(jar_cache)
+    if not (dest / COMPLETE_MARKER).is_file():
+        return None
+    jars: list[Path] = []
+    for artifact in CONNECTOR_ARTIFACTS:
+        # "kafka-clients-3.9.1.jar", not "kafka-clients-test-...": a digit follows the artifact id.
+        found = sorted(dest.glob(f"{artifact}-[0-9]*.jar"))
+        if not found:
+            log.warning("stack.jars.incomplete", dir=str(dest), missing=artifact)
+            return None
+        jars.append(found[-1])
+    return jars
+
+
+def connector_package() -> str:
+    """Spark's Kafka connector as a Maven coordinate, at the pyspark version (its dependencies follow)."""
+    return f"org.apache.spark:{CONNECTOR_ARTIFACTS[0]}:{pyspark_version()}"
+
+
+def kafka_version() -> str:
+    """The kafka_2.13 version pinned in compose/kafka/pom.xml."""
+    try:
+        root = ET.parse(KAFKA_POM_DIR / "pom.xml").getroot()  # noqa: S314 - our own pom, not untrusted input
+    except (OSError, ET.ParseError):
+        return KAFKA_FALLBACK_VERSION
+    for dependency in root.iterfind("m:dependencies/m:dependency", _POM_NS):
+        if dependency.findtext("m:artifactId", namespaces=_POM_NS) == "kafka_2.13":
+            version = dependency.findtext("m:version", namespaces=_POM_NS)
+            if version and not version.startswith("$"):
+                return version.strip()
+    return KAFKA_FALLBACK_VERSION
+
+
+def pyspark_version() -> str:
+    try:
+        return metadata.version("pyspark")
+    except metadata.PackageNotFoundError as exc:
+        raise StackError("pyspark is not installed; run `make` to create the virtualenv") from exc
+
+
+def _connector_dir(jar_cache: Path) -> Path:
+    return jar_cache / f"spark-connector-{pyspark_version()}"
+
+
+def _fetch(pom_dir: Path, dest: Path, extra_args: list[str], what: str) -> None:
+    """Copy the runtime dependencies of `pom_dir/pom.xml` into `dest`, unless a complete copy is there."""
+    if (dest / COMPLETE_MARKER).is_file():
+        return
+    if not (pom_dir / "pom.xml").is_file():
+        raise StackError(f"{pom_dir / 'pom.xml'} is missing; run hotswap from a complete checkout")
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise StackError(
+            f"Maven (mvn) is needed to fetch the {what} jars and is not on PATH; "
+            "install the Debian package maven (`make system-deps` does it)"
+        )
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with locked(dest.parent / f".{dest.name}.lock"):
+        if (dest / COMPLETE_MARKER).is_file():  # fetched by someone else while we waited
+            return
+        # Fetch into a private directory and rename it: `dest` is either complete or absent.
+        tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        command = [
+            mvn,
+            "-q",
+            "-B",
+            "-gs",
+            str(MAVEN_SETTINGS),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={tmp}",
+            "-DincludeScope=runtime",
+            *extra_args,
+        ]
+        log.info("stack.jars.fetching", what=what, dest=str(dest))
+        started = time.monotonic()
+        try:
+            result = subprocess.run(
+                command, cwd=pom_dir, capture_output=True, text=True, timeout=MAVEN_TIMEOUT_S, check=False
+            )
+        except subprocess.TimeoutExpired as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise StackError(
+                f"fetching the {what} jars with Maven took over {MAVEN_TIMEOUT_S:.0f}s; "
+                "check access to Maven Central and retry"
+            ) from exc
+        jars = sorted(p.name for p in tmp.glob("*.jar"))
+        if result.returncode != 0 or not jars:
+            shutil.rmtree(tmp, ignore_errors=True)
+            detail = last_line(result.stdout + "\n" + result.stderr) or f"exit code {result.returncode}"
+            raise StackError(
+                f"fetching the {what} jars with Maven failed ({detail}); check access to Maven Central and retry"
+            )
+        (tmp / COMPLETE_MARKER).write_text("\n".join(jars) + "\n")
+        shutil.rmtree(dest, ignore_errors=True)  # an incomplete leftover
+        os.replace(tmp, dest)
+        log.info("stack.jars.fetched", what=what, jars=len(jars), seconds=round(time.monotonic() - started, 1))

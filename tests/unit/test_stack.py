@@ -1,0 +1,175 @@
+"""The embedded stack without starting anything: the broker's config, which Kafka connector Spark
+gets, the state file that remembers the stack's processes, and what an operator reads on failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import replace
+from importlib import metadata
+from pathlib import Path
+
+import psutil
+import pytest
+
+from contract.settings import Settings
+from executor.control.spark_session import connector_conf
+from executor.stack.jars import COMPLETE_MARKER, CONNECTOR_ARTIFACTS
+from executor.stack.kafka import KafkaBroker
+from executor.stack.process import START_BANNER, Proc, ProcessState, failure_hint, is_ours, listens, started_after_boot
+from executor.stack.redis import mask_url
+
+NO_SUCH_PID = 2**22 + 1  # above Linux's largest pid_max
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in list(os.environ):
+        if name.startswith("HOTSWAP_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("HOTSWAP_CONFIG_FILE", str(tmp_path / "absent.toml"))
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(home=tmp_path / "home", jars_dir=tmp_path / "jars", kafka_port=29092, kafka_controller_port=29093)
+
+
+# -- the broker's config ---------------------------------------------------------------------------
+def test_broker_config_binds_the_configured_ports_and_keeps_its_data_under_home(settings: Settings) -> None:
+    text = KafkaBroker(settings, settings.home).server_properties()
+    pairs = [line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#")]
+    props = dict(pairs)
+    assert len(props) == len(pairs), "a key is set twice"
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:29092,CONTROLLER://127.0.0.1:29093"
+    assert props["advertised.listeners"] == props["listeners"]
+    assert props["controller.quorum.bootstrap.servers"] == "127.0.0.1:29093"
+    assert props["process.roles"] == "broker,controller"
+    assert props["log.dirs"] == str(settings.home / "kafka" / "data")
+    # A single broker can hold only one replica: anything more and internal topics are never created.
+    assert {key: value for key, value in props.items() if key.endswith("replication.factor")} == {
+        key: "1" for key in props if key.endswith("replication.factor")
+    }
+
+
+# -- which connector Spark gets --------------------------------------------------------------------
+def _connector_dir(settings: Settings) -> Path:
+    directory = settings.jar_cache / f"spark-connector-{metadata.version('pyspark')}"
+    directory.mkdir(parents=True)
+    return directory
+
+
+def _fill(directory: Path, artifacts: tuple[str, ...], complete: bool) -> None:
+    for artifact in artifacts:
+        (directory / f"{artifact}-1.2.3.jar").touch()
+    (directory / "kafka-clients-test-1.2.3.jar").touch()  # not the artifact: no digit after its id
+    if complete:
+        (directory / COMPLETE_MARKER).write_text("done\n")
+
+
+def test_spark_uses_the_fetched_connector_jars_when_the_jars_dir_holds_them(settings: Settings) -> None:
+    directory = _connector_dir(settings)
+    _fill(directory, CONNECTOR_ARTIFACTS, complete=True)
+    conf = connector_conf(settings)
+    assert conf == {"spark.jars": ",".join(str(directory / f"{a}-1.2.3.jar") for a in CONNECTOR_ARTIFACTS)}
+
+
+@pytest.mark.parametrize(
+    ("artifacts", "complete"),
+    [
+        ((), False),  # nothing fetched
+        (CONNECTOR_ARTIFACTS, False),  # a fetch was interrupted before it finished
+        (CONNECTOR_ARTIFACTS[:-1], True),  # a jar was deleted afterwards
+    ],
+    ids=["empty", "interrupted", "jar-missing"],
+)
+def test_spark_resolves_the_connector_itself_without_complete_local_jars(
+    settings: Settings, artifacts: tuple[str, ...], complete: bool
+) -> None:
+    _fill(_connector_dir(settings), artifacts, complete)
+    conf = connector_conf(settings)
+    version = metadata.version("pyspark")
+    assert conf["spark.jars.packages"] == f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"
+    assert Path(conf["spark.jars.ivy"]).is_relative_to(settings.home.resolve())  # not ~/.ivy2
+    assert "spark.jars" not in conf
+
+
+# -- the state file and recognising our processes --------------------------------------------------
+def _me() -> Proc:
+    """This test process, described the way the stack describes a service it started."""
+    started = started_after_boot(os.getpid())
+    assert started is not None
+    return Proc(os.getpid(), started, (psutil.Process().cmdline()[0],), "")
+
+
+def test_the_state_file_round_trips_and_ignores_what_it_cannot_read(tmp_path: Path) -> None:
+    state = ProcessState(tmp_path)
+    procs = {"kafka": Proc(101, 12.34, ("kafka.Kafka", "/h/server.properties"), "/h/kafka.log"), "redis": _me()}
+    state.write(procs)
+    assert state.read() == procs
+    # An entry in another shape (say, written by an older hotswap) is dropped, the rest is kept.
+    old = {"pid": 101, "start_ticks": 5, "markers": ["kafka.Kafka"]}
+    state.path.write_text(json.dumps({"kafka": old, "redis": procs["redis"].to_json()}))
+    assert state.read() == {"redis": procs["redis"]}
+    state.path.write_text("{not json")
+    assert state.read() == {}
+    state.path.unlink()
+    assert state.read() == {}
+
+
+def test_an_entry_is_ours_only_while_pid_start_and_command_line_all_match() -> None:
+    me = _me()
+    assert is_ours(me)
+    assert not is_ours(replace(me, started_s=me.started_s + 60))  # the pid now belongs to another process
+    assert not is_ours(replace(me, markers=("kafka.Kafka",)))  # some other command
+    assert not is_ours(replace(me, pid=NO_SUCH_PID))
+    assert ProcessState(Path("/nonexistent")).live() == {}
+
+
+def test_listening_is_checked_per_process_and_port() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert listens(os.getpid(), port)
+        assert not listens(os.getpid(), port + 1 if port < 65535 else port - 1)
+        assert not listens(NO_SUCH_PID, port)
+    assert not listens(os.getpid(), port)
+
+
+# -- what the operator reads -----------------------------------------------------------------------
+def test_failure_hint_names_the_first_exception_of_the_last_start(tmp_path: Path) -> None:
+    log = tmp_path / "kafka.log"
+    log.write_text(
+        "java.lang.IllegalStateException: an old failure, already fixed\n"
+        f"{START_BANNER} Kafka at 2025-01-01 00:00:00 ---\n"
+        "[2025-01-01 00:00:01] INFO starting (kafka.server.KafkaRaftServer)\n"
+        "org.apache.kafka.common.KafkaException: Socket server failed to bind to 127.0.0.1:9092\n"
+        "\tat kafka.network.Acceptor.openServerSocket(SocketServer.scala:700)\n"
+        "Caused by: java.net.BindException: Address already in use\n"
+    )
+    assert (
+        failure_hint(str(log))
+        == "org.apache.kafka.common.KafkaException: Socket server failed to bind to 127.0.0.1:9092"
+    )
+    log.write_text(
+        f"{START_BANNER} Kafka at 2025-01-01 00:00:00 ---\n"
+        "Invalid maximum heap size: -Xmx12q\n"
+        "Error: Could not create the Java Virtual Machine.\n"
+        "Error: A fatal exception has occurred. Program will exit.\n"
+    )
+    assert failure_hint(str(log)) == "Invalid maximum heap size: -Xmx12q"
+    assert failure_hint(str(tmp_path / "absent.log")) == ""
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://app:s3cret@db:6379/0", "redis://app:***@db:6379/0"),
+        ("rediss://s3cret@db:6380", "rediss://***@db:6380"),
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+    ],
+)
+def test_redis_addresses_are_shown_without_their_password(url: str, shown: str) -> None:
+    assert mask_url(url) == shown
