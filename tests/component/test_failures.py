@@ -15,6 +15,7 @@ The restart budget runs on the world's ManualClock.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import cast
 
 import fakeredis
@@ -33,17 +34,20 @@ from kafka.errors import (
 from pyspark.sql.streaming.query import StreamingQuery
 
 from contract.errors import ControlStateLost, LeaseLost
+from contract.fence import Fence
 from contract.journal import SwapPhase, SwapRecord
+from contract.keys import Keys
 from contract.lifecycle import HEALTHY_RESET_S
-from contract.models import GraphState
+from contract.models import GraphRecord, GraphState
 from contract.settings import Settings
 from execution_graph.errors import GraphStartFailed
 from executor.control.controller import FATAL
-from executor.control.transient import TransientErrorsPersisted, is_transient
+from executor.control.lease import Lease
+from executor.control.transient import TransientErrorsPersisted, is_transient, retry_transient
 from executor.errors import LeaseHeld
 from service_graph.errors import ServiceGraphError
 from service_graph.query import ServiceGraph
-from tests.component.fakes import NO_SPARK, World
+from tests.component.fakes import NO_SPARK, ManualClock, World, query
 
 pytestmark = pytest.mark.component
 
@@ -312,29 +316,41 @@ def test_only_retriable_kafka_errors_are_retried_as_transient(error: BaseExcepti
     assert is_transient(error) is transient
 
 
-@pytest.mark.parametrize(
-    "error",
-    [
-        LeaseHeld("another executor (host:1:a) already runs this namespace"),
-        LeaseLost("this executor lost its lease on namespace 'component'"),
-        ControlStateLost("the control state of namespace 'component' vanished from Redis"),
-        ServiceGraphError("the service graph failed 4 times"),
-    ],
-    ids=lambda error: type(error).__name__,
-)
-def test_losing_the_lease_or_the_control_state_or_the_service_graph_ends_the_executor(error: Exception) -> None:
-    assert isinstance(error, FATAL)
+def raised(action: Callable[[], object]) -> Exception:
+    """The exception `action` raises, which it must."""
+    try:
+        action()
+    except Exception as exc:  # noqa: BLE001 - whatever it is, the caller classifies it
+        return exc
+    raise AssertionError("expected an exception")
 
 
-@pytest.mark.parametrize(
-    "error",
-    [
-        TransientErrorsPersisted("creating topic t failed 9 times in 60s"),
-        redis.ConnectionError("Redis is restarting"),
-        GraphStartFailed("execution graph b failed to start"),
-        KafkaConnectionError("connection refused"),
-    ],
-    ids=lambda error: type(error).__name__,
-)
-def test_other_errors_in_a_tick_are_retried_by_the_executor_loop(error: Exception) -> None:
-    assert not isinstance(error, FATAL)
+def test_losing_the_lease_or_the_control_state_ends_the_executor() -> None:
+    client = fakeredis.FakeRedis()
+    keys = Keys("component")
+    client.set(keys.lease, "elsewhere:1:a:space", px=15_000)
+    clock = ManualClock()
+    held = raised(lambda: Lease(client, keys.lease, clock=clock, sleep=clock.sleep).acquire(0))
+    client.set(keys.namespace_record, "{}")
+    lost = raised(lambda: Fence(keys, "this:2:b:space").verify(client))  # another executor took over
+    client.delete(keys.namespace_record)
+    vanished = raised(lambda: Fence(keys, "elsewhere:1:a:space").verify(client))  # Redis was flushed
+    assert [type(e) for e in (held, lost, vanished)] == [LeaseHeld, LeaseLost, ControlStateLost]
+    assert all(isinstance(e, FATAL) for e in (held, lost, vanished))
+
+
+def test_transient_failures_in_a_tick_are_retried_by_the_executor_loop(world: World) -> None:
+    clock = ManualClock()
+
+    def broker_down() -> None:
+        raise NodeNotReadyError("broker 1 restarting")
+
+    gave_up = raised(lambda: retry_transient(broker_down, "creating topic t", 10, clock=clock, sleep=clock.sleep))
+    assert isinstance(gave_up, TransientErrorsPersisted)
+    world.graphs.fake_runner.start_fails["b"] = "Kafka source not ready"
+    record = GraphRecord(query_id="b", source=query("b"), window_ms=10_000, topic="t.b")
+    not_started = raised(lambda: world.graphs.deploy(record))
+    assert isinstance(not_started, GraphStartFailed)
+    redis_down = redis.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+    for error in (gave_up, not_started, redis_down):
+        assert not isinstance(error, FATAL), error

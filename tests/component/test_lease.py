@@ -119,16 +119,17 @@ def test_renewal_keeps_the_lease_past_its_ttl(client: fakeredis.FakeRedis) -> No
 
 
 def test_a_lease_that_is_not_renewed_is_taken_over_once_its_ttl_passes(client: fakeredis.FakeRedis) -> None:
+    written_at = time.monotonic()
     client.set(KEYS.lease, ELSEWHERE, px=150)  # a holder that stopped renewing (SIGSTOP, a partition)
     clock = ManualClock()
     with pytest.raises(LeaseHeld, match=ELSEWHERE):
         Lease(client, KEYS.lease, clock=clock, sleep=clock.sleep).acquire(wait_s=0)
 
-    second = Lease(client, KEYS.lease, sleep=lambda _: time.sleep(0.01))  # polls often, real clock
-    started = time.monotonic()
+    # Redis expires the key in real time, so this one waits on the real clock, asking every 10 ms.
+    second = Lease(client, KEYS.lease, sleep=lambda _: time.sleep(0.01))
     second.acquire(wait_s=5)
     try:
-        assert time.monotonic() - started >= 0.1  # it waited for the TTL, it did not steal the lease
+        assert time.monotonic() - written_at >= 0.14  # it waited for the TTL, it did not steal the lease
         assert holder(client) == second.token
     finally:
         second.release()
@@ -164,9 +165,10 @@ def test_an_executor_whose_lease_was_taken_over_stops_and_cannot_write(client: f
     stalled.acquire()
     journal = Journal(client, KEYS, Fence(KEYS, stalled.token))
     journal.create(SwapRecord(id="s", to_query="b"))
-    client.delete(KEYS.lease)  # its lease expired while it stalled
     successor = Lease(client, KEYS.lease)
-    successor.acquire(wait_s=0)
+    # Its lease expired while it stalled, and another executor took it (one write: the stalled
+    # heartbeat must not see the key free in between, or it would take it back).
+    client.set(KEYS.lease, successor.token, px=15_000)
     try:
         with pytest.raises(LeaseLost, match="lost its lease"):
             journal.advance("s", SwapPhase.VALIDATED)
