@@ -9,7 +9,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
 
 .DEFAULT_GOAL := help
-.PHONY: help install system-deps jars stack-up stack-down demo lint format unit integration test bench clean
+.PHONY: help install system-deps jars stack-up stack-down demo lint format unit check integration test bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -49,7 +49,10 @@ lint: install ## ruff and mypy (strict)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-unit: install ## Unit tests only (no Kafka, Redis or Spark)
+unit: install ## Unit and component tests only (no Kafka, Redis or Spark)
+	$(BIN)/pytest -m "not integration" -q
+
+check: lint ## Before a push: lint, then unit and component tests (no Kafka, Redis or Spark; under a minute)
 	$(BIN)/pytest -m "not integration" -q
 
 integration: jars ## Integration tests against real Kafka, Redis and Spark

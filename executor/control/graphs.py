@@ -7,6 +7,7 @@ restarted executor can finish what was begun.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import redis
 import structlog
@@ -36,8 +37,10 @@ class Graphs:
         client: redis.Redis,
         topics: Topics,
         fence: Fence | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._fence = fence
+        self._clock = clock  # measures restart back-off and healthy time (tests move it by hand)
         self._spark = spark
         self._settings = settings
         self._redis = client
@@ -105,7 +108,7 @@ class Graphs:
         failed and no longer restarted (an executor restart tries them again).
         """
         exhausted: list[tuple[GraphRecord, str]] = []
-        now = time.monotonic()
+        now = self._clock()
         for query_id in self.runner.query_ids():
             failure = self.runner.failure(query_id)
             restarts = self._restarts.setdefault(

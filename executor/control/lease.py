@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -21,6 +22,8 @@ import structlog
 from executor.errors import LeaseHeld
 
 log = structlog.get_logger(__name__)
+
+POLL_S = 0.5  # how often a waiting executor asks again whether the lease is free
 
 # Renews our lease, or takes it back if it vanished (e.g. it expired while Redis was restarting);
 # fails only if another executor holds it.
@@ -85,10 +88,22 @@ def holder_is_dead(holder: str | None) -> bool:
 
 
 class Lease:
-    def __init__(self, client: redis.Redis, key: str, ttl_ms: int = 15_000) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        key: str,
+        ttl_ms: int = 15_000,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self._redis = client
         self._key = key
         self._ttl_ms = ttl_ms
+        # The clock and sleep bound the waits for a held lease (tests move time by hand); the
+        # lease's expiry itself is Redis's, and the heartbeat renews it in real time.
+        self._clock = clock
+        self._sleep = sleep
         self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}:{process_space()}"
         self._stop = threading.Event()
         self._lost: str | None = None
@@ -97,24 +112,24 @@ class Lease:
     def acquire(self, wait_s: float = 0.0) -> None:
         """Take the lease, waiting up to `wait_s` for a previous holder's lease to expire. A holder
         that is provably dead (a process of this host that no longer runs) is taken over at once."""
-        deadline = time.monotonic() + wait_s
+        deadline = self._clock() + wait_s
         while not self._redis.set(self._key, self.token, nx=True, px=self._ttl_ms):
             if self._take_over_dead_holder():
                 continue
-            if time.monotonic() >= deadline:
+            if self._clock() >= deadline:
                 self._refuse()
-            time.sleep(0.5)
+            self._sleep(POLL_S)
         self._stop.clear()
         self._thread = threading.Thread(target=self._heartbeat, name="hotswap-lease", daemon=True)
         self._thread.start()
 
     def wait_until_free(self, wait_s: float = 0.0) -> None:
         """Fail fast, before any expensive start-up, if another executor holds the lease."""
-        deadline = time.monotonic() + wait_s
+        deadline = self._clock() + wait_s
         while self._redis.exists(self._key) and not holder_is_dead(self._holder()):
-            if time.monotonic() >= deadline:
+            if self._clock() >= deadline:
                 self._refuse()
-            time.sleep(0.5)
+            self._sleep(POLL_S)
 
     def _holder(self) -> str | None:
         holder = self._redis.get(self._key)

@@ -14,6 +14,7 @@ never strands it.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import redis
 import structlog
@@ -44,8 +45,10 @@ class SwapProtocol:
         graphs: Graphs,
         reporter: ProgressReporter,
         fence: Fence | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._settings = settings
+        self._clock = clock  # measures the wait for a cut (tests move it by hand)
         self._redis = client
         self._keys = Keys(settings.namespace)
         self._journal = Journal(client, self._keys, fence)
@@ -237,8 +240,8 @@ class SwapProtocol:
             if cut is not None:
                 bound.info("recovery cut recorded", cut_window_end=stopped_at)
             return
-        seen = self._deployed_seen.setdefault(swap.id, time.monotonic())
-        if time.monotonic() - seen > self._settings.drain_timeout_s:
+        seen = self._deployed_seen.setdefault(swap.id, self._clock())
+        if self._clock() - seen > self._settings.drain_timeout_s:
             self._fail(
                 swap,
                 f"no cut within {self._settings.drain_timeout}: the service graph routed no batch; "

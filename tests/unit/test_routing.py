@@ -55,11 +55,12 @@ def test_without_a_swap_every_row_goes_to_the_current_graph() -> None:
 
 
 def test_cut_is_the_maximum_window_across_partitions_rounded_to_the_common_boundary() -> None:
-    state = state_with(T0 + 10_000, T0 + 40_000, T0 + 20_000)
-    w = decide_cut(state, swap(SwapPhase.DEPLOYED))
-    # The first multiple of 30 s (and so of 10 s) at or after the largest window end, T0 + 40 s.
-    assert w == -(-(T0 + 40_000) // 30_000) * 30_000
-    assert T0 + 40_000 <= w < T0 + 70_000
+    # From 10 s to 30 s windows: the 30 s boundaries near T0 are T0 + 10 s, T0 + 40 s, T0 + 70 s.
+    state = state_with(T0 + 10_000, T0 + 50_000, T0 + 20_000)
+    assert decide_cut(state, swap(SwapPhase.DEPLOYED)) == T0 + 70_000
+    # A largest window end that already is a common boundary is the cut itself.
+    state = state_with(T0 + 10_000, T0 + 40_000)
+    assert decide_cut(state, swap(SwapPhase.DEPLOYED)) == T0 + 40_000
 
 
 def test_after_the_cut_rows_before_w_go_old_and_later_rows_go_new() -> None:

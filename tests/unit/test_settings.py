@@ -32,12 +32,6 @@ def test_environment_toml_and_flags_layer_in_that_order(monkeypatch: pytest.Monk
     assert settings.sink_topic == "results"  # an unset flag changes nothing
 
 
-def test_settings_are_frozen() -> None:
-    settings = Settings()
-    with pytest.raises(ValueError, match="frozen"):
-        settings.namespace = "other"  # type: ignore[misc]
-
-
 def test_bad_values_give_one_line_errors() -> None:
     with pytest.raises(ConfigError, match="invalid settings"):
         load_settings(window="soon")

@@ -1,0 +1,356 @@
+"""How the control plane classifies failures, each with a representative message:
+
+- a query that validation refuses, or whose code raises while analysed: the swap is rejected;
+- a new graph that does not start, dies before the cut, or never gets a cut: the swap fails and
+  the old query keeps serving;
+- a graph query that dies: restarted from its checkpoint with doubling back-off, its budget given
+  back after it stays healthy; once the budget is spent it failed for good (after a cut the swap
+  fails and keeps the cut, with the way out named);
+- Kafka errors: retriable ones are retried, the rest are not;
+- errors that end the executor (lease, lost control state, the service graph failing for good)
+  versus errors a tick retries.
+
+The restart budget runs on the world's ManualClock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import cast
+
+import fakeredis
+import pytest
+import redis
+from kafka.errors import (
+    KafkaConnectionError,
+    KafkaError,
+    LeaderNotAvailableError,
+    NodeNotReadyError,
+    NotControllerError,
+    PolicyViolationError,
+    RequestTimedOutError,
+    TopicAuthorizationFailedError,
+)
+from pyspark.sql.streaming.query import StreamingQuery
+
+from contract.errors import ControlStateLost, LeaseLost
+from contract.fence import Fence
+from contract.journal import SwapPhase, SwapRecord
+from contract.keys import Keys
+from contract.lifecycle import HEALTHY_RESET_S
+from contract.models import GraphRecord, GraphState
+from contract.settings import Settings
+from execution_graph.errors import GraphStartFailed
+from executor.control.controller import FATAL
+from executor.control.lease import Lease
+from executor.control.transient import TransientErrorsPersisted, is_transient, retry_transient
+from executor.errors import LeaseHeld
+from service_graph.errors import ServiceGraphError
+from service_graph.query import ServiceGraph
+from tests.component.fakes import NO_SPARK, ManualClock, World, query
+
+pytestmark = pytest.mark.component
+
+W = 60_000
+SPARK_FAILURE = "[STREAM_FAILED] Query [id = 1f2e] terminated with exception: Job aborted due to stage failure"
+
+
+def deployed(world: World, name: str = "b", window_ms: int = 30_000) -> str:
+    swap_id = world.submit(name, window_ms)
+    world.protocol.step()
+    assert world.state(swap_id) is SwapPhase.DEPLOYED
+    return swap_id
+
+
+def supervise_until_given_up(world: World, query_id: str) -> list[tuple[str, str]]:
+    """Let `query_id` die after every restart until its budget is spent; returns what supervise reports."""
+    runner = world.graphs.fake_runner
+    for attempt in range(world.settings.query_restarts):
+        runner.die(query_id, f"{SPARK_FAILURE} (attempt {attempt + 1})")
+        assert world.graphs.supervise() == []  # first seen: the back-off starts
+        world.clock.advance(world.settings.query_restart_backoff_s * 2**attempt)
+        assert world.graphs.supervise() == []  # restarted from its checkpoint
+        assert runner.restarted.count(query_id) == attempt + 1
+    runner.die(query_id, f"{SPARK_FAILURE} (attempt {world.settings.query_restarts + 1})")
+    return [(record.query_id, reason) for record, reason in world.graphs.supervise()]
+
+
+# -- validation ------------------------------------------------------------------------------
+
+
+def test_a_query_that_validation_refuses_is_rejected_with_its_one_line_reason(world: World) -> None:
+    reason = "query 'b' output has no window_start column; select window.start AS window_start"
+    world.graphs.refuse["b"] = reason
+    swap_id = world.submit("b")
+    world.protocol.step()
+    record = world.journal.get(swap_id)
+    assert (record.state, record.error) == (SwapPhase.REJECTED, reason)
+    assert world.graphs.fake_runner.started == ["a"]
+    assert world.graphs.get("b") is None
+
+
+def test_an_error_raised_by_user_code_during_validation_rejects_the_swap_and_the_executor_carries_on(
+    world: World,
+) -> None:
+    world.graphs.crash["b"] = ZeroDivisionError("division by zero\n  File 'b.py', line 3")
+    swap_id = world.submit("b")
+    world.protocol.step()  # does not raise
+    record = world.journal.get(swap_id)
+    assert record.state is SwapPhase.REJECTED
+    assert record.error == "query 'b' could not be validated: ZeroDivisionError: division by zero"
+
+
+def test_window_sizes_without_a_near_common_boundary_are_rejected(world: World) -> None:
+    swap_id = world.submit("b", 9_999)  # a runs 10 s windows: a common boundary only every 99,990 s
+    world.protocol.step()
+    record = world.journal.get(swap_id)
+    assert record.state is SwapPhase.REJECTED
+    assert "window sizes 10s and 9999ms share a boundary only every" in (record.error or "")
+
+
+def test_a_swap_that_carries_no_query_is_rejected(world: World) -> None:
+    world.journal.create(SwapRecord(id="empty", to_query="b"))
+    world.protocol.step()
+    record = world.journal.get("empty")
+    assert (record.state, record.error) == (SwapPhase.REJECTED, "swap carries no query")
+
+
+# -- before the cut: the old query keeps serving -------------------------------------------------
+
+
+def test_a_new_graph_that_does_not_start_fails_its_swap_and_the_old_query_keeps_serving(world: World) -> None:
+    world.graphs.fake_runner.start_fails["b"] = "checkpoint belongs to another Spark query"
+    swap_id = world.submit("b", 30_000)
+    world.protocol.step()
+    record = world.journal.get(swap_id)
+    assert record.state is SwapPhase.FAILED
+    assert record.error == (
+        "execution graph b failed to start: checkpoint belongs to another Spark query; the old query keeps serving"
+    )
+    current = world.graphs.current()
+    assert current is not None
+    assert current.query_id == "a"
+    assert world.graph_state("b") is GraphState.FAILED
+    assert "b" not in world.graphs.fake_runner.queries
+
+
+def test_a_new_query_that_dies_before_the_cut_fails_its_swap_and_the_old_query_keeps_serving(
+    world: World,
+) -> None:
+    swap_id = deployed(world)
+    world.graphs.fake_runner.die("b", SPARK_FAILURE)
+    world.protocol.step()
+    record = world.journal.get(swap_id)
+    assert record.state is SwapPhase.FAILED
+    assert record.error == f"new query b failed before the cut: {SPARK_FAILURE}; the old query keeps serving"
+    assert record.cut_window_end is None
+    assert world.graph_state("a") is GraphState.RUNNING
+    assert world.graph_state("b") is GraphState.FAILED
+    assert world.graphs.fake_topics.deleted == [world.settings.graph_topic("b")]
+
+
+def test_a_swap_that_gets_no_cut_within_the_drain_timeout_fails(world: World) -> None:
+    swap_id = deployed(world)
+    world.protocol.step()  # the first step that finds it deployed starts the wait
+    world.clock.advance(world.settings.drain_timeout_s)
+    world.protocol.step()
+    assert world.state(swap_id) is SwapPhase.DEPLOYED  # exactly the timeout: still waiting
+    world.clock.advance(1)
+    world.protocol.step()
+    record = world.journal.get(swap_id)
+    assert record.state is SwapPhase.FAILED
+    assert (record.error or "").startswith("no cut within 300s: the service graph routed no batch")
+    assert world.graph_state("a") is GraphState.RUNNING
+
+
+# -- restarts and their budget ---------------------------------------------------------------
+
+
+def test_a_graph_query_that_dies_is_restarted_after_a_back_off_that_doubles(world: World) -> None:
+    runner = world.graphs.fake_runner
+    runner.die("a", SPARK_FAILURE)
+    world.graphs.supervise()  # first seen now
+    world.clock.advance(1.9)
+    world.graphs.supervise()
+    assert runner.restarted == []
+    world.clock.advance(0.1)
+    world.graphs.supervise()
+    assert runner.restarted == ["a"]  # after 2 s
+
+    runner.die("a", SPARK_FAILURE)
+    world.graphs.supervise()
+    world.clock.advance(3.9)
+    world.graphs.supervise()
+    assert runner.restarted == ["a"]
+    world.clock.advance(0.1)
+    world.graphs.supervise()
+    assert runner.restarted == ["a", "a"]  # then after 4 s
+    assert world.graph_state("a") is GraphState.RUNNING
+
+
+def test_a_graph_that_keeps_dying_is_given_up_with_its_last_failure_once_its_budget_is_spent(
+    world: World,
+) -> None:
+    given_up = supervise_until_given_up(world, "a")
+    assert given_up == [("a", f"{SPARK_FAILURE} (attempt 3)")]
+    assert world.graphs.fake_runner.restarted == ["a", "a"]  # query_restarts = 2
+    assert world.graph_state("a") is GraphState.FAILED
+    world.clock.advance(3_600)
+    assert world.graphs.supervise() == []  # no longer restarted (an executor restart tries again)
+
+
+def test_a_query_that_stays_healthy_after_a_restart_gets_its_full_budget_back(world: World) -> None:
+    runner = world.graphs.fake_runner
+    runner.die("a", SPARK_FAILURE)
+    world.graphs.supervise()
+    world.clock.advance(2)
+    world.graphs.supervise()
+    assert runner.restarted == ["a"]
+    world.clock.advance(HEALTHY_RESET_S + 1)
+    world.graphs.supervise()  # healthy all along
+
+    runner.die("a", SPARK_FAILURE)
+    world.graphs.supervise()
+    world.clock.advance(2)  # the first back-off again, not the doubled one
+    world.graphs.supervise()
+    assert runner.restarted == ["a", "a"]
+
+
+def test_a_query_that_fails_again_soon_after_a_restart_keeps_its_doubled_back_off(world: World) -> None:
+    runner = world.graphs.fake_runner
+    runner.die("a", SPARK_FAILURE)
+    world.graphs.supervise()
+    world.clock.advance(2)
+    world.graphs.supervise()
+    world.clock.advance(HEALTHY_RESET_S / 2)
+    world.graphs.supervise()
+
+    runner.die("a", SPARK_FAILURE)
+    world.graphs.supervise()
+    world.clock.advance(2)
+    world.graphs.supervise()
+    assert runner.restarted == ["a"]  # 4 s now
+
+
+# -- failed for good -------------------------------------------------------------------------
+
+
+def test_a_new_query_that_fails_for_good_after_the_cut_fails_its_swap_and_keeps_the_cut(world: World) -> None:
+    swap_id = deployed(world)
+    world.cut(swap_id, W)
+    world.watermark_passes_cut(swap_id)
+    failed = [(world.graphs.get(q), reason) for q, reason in supervise_until_given_up(world, "b")]
+    world.protocol.graphs_failed([(record, reason) for record, reason in failed if record is not None])
+
+    record = world.journal.get(swap_id)
+    assert record.state is SwapPhase.FAILED
+    assert record.failed_after_cut
+    assert record.cut_window_end == W  # routing keeps W: b's rows wait in its topic
+    assert record.error == (
+        f"query b kept failing after 2 restarts ({SPARK_FAILURE} (attempt 3)); its input waits in topic "
+        f"{world.settings.graph_topic('b')}: `hotswap rollback {swap_id}` or `hotswap submit FILE --fix {swap_id}` "
+        "takes it over"
+    )
+    current = world.graphs.current()
+    assert current is not None
+    assert current.query_id == "b"  # it owns the windows after W, failed or not
+    # The old graph still emits its windows through W, then is retired.
+    assert world.graph_state("a") is GraphState.RUNNING
+    world.emitted_through("a", W)
+    world.protocol.step()
+    assert world.graph_state("a") is GraphState.RETIRED
+
+
+def test_a_serving_query_that_fails_for_good_outside_a_swap_holds_back_the_next_swap(world: World) -> None:
+    failed = [(world.graphs.get(q), reason) for q, reason in supervise_until_given_up(world, "a")]
+    world.protocol.graphs_failed([(record, reason) for record, reason in failed if record is not None])
+    swap_id = world.submit("b", 30_000)
+    world.protocol.step()
+    assert world.state(swap_id) is SwapPhase.VALIDATED  # waits, rather than cutting away from a dead query
+    assert world.graphs.fake_runner.started == ["a"]
+
+
+class DeadQuery:
+    """A StreamingQuery that terminated with `failure`."""
+
+    def __init__(self, failure: Exception) -> None:
+        self.isActive = False
+        self._failure = failure
+
+    def exception(self) -> Exception:
+        return self._failure
+
+
+def test_a_service_graph_that_fails_past_its_budget_ends_the_executor_with_one_line() -> None:
+    settings = Settings(namespace="component", query_restarts=0)
+    service = ServiceGraph(NO_SPARK, settings, fakeredis.FakeRedis())
+    service.query = cast(StreamingQuery, DeadQuery(RuntimeError("Kafka source lost offsets\n\tat org.apache...")))
+    with pytest.raises(ServiceGraphError) as ended:
+        service.supervise()
+    message = str(ended.value)
+    assert message.startswith("the service graph failed 1 times (Kafka source lost offsets); fix the cause")
+    assert "\n" not in message
+    assert isinstance(ended.value, FATAL)
+
+
+# -- Kafka errors and the executor loop -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "transient"),
+    [
+        (NodeNotReadyError("broker 1 restarting"), True),
+        (LeaderNotAvailableError("partition 0 has no leader yet"), True),
+        (NotControllerError("controller moved"), True),
+        (RequestTimedOutError("request timed out after 30000 ms"), True),
+        (KafkaConnectionError("connection refused"), True),
+        (TopicAuthorizationFailedError("not authorized to create topic"), False),
+        (PolicyViolationError("replication factor below the minimum"), False),
+        (KafkaError("generic failure"), False),
+        (redis.ConnectionError("Redis is restarting"), False),
+        (ValueError("bad input"), False),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, BaseException) else str(value),
+)
+def test_only_retriable_kafka_errors_are_retried_as_transient(error: BaseException, transient: bool) -> None:
+    assert is_transient(error) is transient
+
+
+def raised(action: Callable[[], object]) -> Exception:
+    """The exception `action` raises, which it must."""
+    try:
+        action()
+    except Exception as exc:  # noqa: BLE001 - whatever it is, the caller classifies it
+        return exc
+    raise AssertionError("expected an exception")
+
+
+def test_losing_the_lease_or_the_control_state_ends_the_executor() -> None:
+    client = fakeredis.FakeRedis()
+    keys = Keys("component")
+    client.set(keys.lease, "elsewhere:1:a:space", px=15_000)
+    clock = ManualClock()
+    held = raised(lambda: Lease(client, keys.lease, clock=clock, sleep=clock.sleep).acquire(0))
+    client.set(keys.namespace_record, "{}")
+    lost = raised(lambda: Fence(keys, "this:2:b:space").verify(client))  # another executor took over
+    client.delete(keys.namespace_record)
+    vanished = raised(lambda: Fence(keys, "elsewhere:1:a:space").verify(client))  # Redis was flushed
+    assert [type(e) for e in (held, lost, vanished)] == [LeaseHeld, LeaseLost, ControlStateLost]
+    assert all(isinstance(e, FATAL) for e in (held, lost, vanished))
+
+
+def test_transient_failures_in_a_tick_are_retried_by_the_executor_loop(world: World) -> None:
+    clock = ManualClock()
+
+    def broker_down() -> None:
+        raise NodeNotReadyError("broker 1 restarting")
+
+    gave_up = raised(lambda: retry_transient(broker_down, "creating topic t", 10, clock=clock, sleep=clock.sleep))
+    assert isinstance(gave_up, TransientErrorsPersisted)
+    world.graphs.fake_runner.start_fails["b"] = "Kafka source not ready"
+    record = GraphRecord(query_id="b", source=query("b"), window_ms=10_000, topic="t.b")
+    not_started = raised(lambda: world.graphs.deploy(record))
+    assert isinstance(not_started, GraphStartFailed)
+    redis_down = redis.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+    for error in (gave_up, not_started, redis_down):
+        assert not isinstance(error, FATAL), error
