@@ -9,8 +9,9 @@ import pytest
 import redis
 from pyspark.sql import SparkSession
 
-from contract.journal import SwapRecord
+from contract.journal import SwapPhase, SwapRecord
 from contract.keys import Keys
+from contract.models import GraphState
 from contract.settings import Settings
 from executor.operator.client import Client
 from service_sink.audit import read_results
@@ -145,13 +146,14 @@ def test_a_completed_swap_and_a_running_one_are_rolled_back_under_load(
         stop_load.set()
         closed_until = committed_watermark(client, final)
         status = client.status()
-    swaps = {s["id"]: s for s in status["swaps"]}
-    assert swaps[completed.id]["state"] == "rolled_back"
-    assert swaps[running.id]["state"] == "rolled_back"
-    assert f"rolled back by {back.id}" in swaps[completed.id]["note"]
-    cuts = [int(s["cut_window_end"]) for s in swaps.values()]
+    swaps = {s.id: s for s in status.swaps}
+    assert swaps[completed.id].state is SwapPhase.ROLLED_BACK
+    assert swaps[running.id].state is SwapPhase.ROLLED_BACK
+    assert f"rolled back by {back.id}" in (swaps[completed.id].note or "")
+    cuts = [s.cut_window_end for s in swaps.values() if s.cut_window_end is not None]
+    assert len(cuts) == len(swaps), f"a swap has no cut: {swaps}"
     assert all(cut % 30_000 == 0 for cut in cuts)  # every cut, the rollbacks' included, is window-aligned
-    assert [o["query_id"] for o in status["owners"]] == [
+    assert [o.query_id for o in status.owners] == [
         "count_per_key",
         "max_per_key_30s",
         "count_per_key-2",
@@ -207,7 +209,7 @@ def test_a_query_failing_for_good_after_its_cut_is_rolled_back_and_then_fixed_fo
         """The swap's query fails for good after its cut: during the drain (the swap fails) or after it
         completed, whichever comes first on this machine."""
         swap = client.submit(query)
-        wait_until(lambda: client.status()["graphs"][swap.to_query]["state"] == "failed", 180, "failed for good")
+        wait_until(lambda: client.status().graphs[swap.to_query].state is GraphState.FAILED, 180, "failed for good")
         return client.journal.get(swap.id)
 
     with executor_running(failing_fast, spark, COUNT_10S), continuous_load(settings, spec) as stop_load:
@@ -224,8 +226,8 @@ def test_a_query_failing_for_good_after_its_cut_is_rolled_back_and_then_fixed_fo
         stop_load.set()
         closed_until = committed_watermark(client, final)
         status = client.status()
-    swaps = {s["id"]: s for s in status["swaps"]}
-    assert swaps[first.id]["state"] == "rolled_back"
+    swaps = {s.id: s for s in status.swaps}
+    assert swaps[first.id].state is SwapPhase.ROLLED_BACK
     assert back.to_query == "count_per_key-2"
     assert back.from_query == "scored"
     assert fixed.from_query == "scored_again"
