@@ -9,7 +9,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
 
 .DEFAULT_GOAL := help
-.PHONY: help install system-deps jars stack-up stack-down demo lint format unit check integration test bench clean
+.PHONY: help install system-deps jars stack-up stack-down demo lint format schema unit check integration test bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -48,6 +48,9 @@ lint: install ## ruff and mypy (strict)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+schema: install ## Regenerate docs/status.schema.json from the status model (contract/status.py)
+	$(BIN)/python -m contract.status > docs/status.schema.json.new && mv docs/status.schema.json.new docs/status.schema.json
 
 unit: install ## Unit and component tests only (no Kafka, Redis or Spark)
 	$(BIN)/pytest -m "not integration" -q

@@ -24,7 +24,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from contract.settings import Settings
-from execution_graph.user_query import apply_query, load_query_source
+from execution_graph.source import load_query_source
+from execution_graph.user_query import apply_query
 from executor.control.controller import Executor
 from executor.control.spark_session import build_spark_session
 from executor.control.topics import Topics
@@ -88,9 +89,9 @@ def hotswap_catch_up(spark: SparkSession) -> float:
     thread.start()
 
     def caught_up() -> bool:
-        graph = client.status()["graphs"].get("count_per_key")
-        progress = graph and graph["progress"]
-        return bool(progress and (progress["committed_watermark"] or 0) >= target)
+        graph = client.status().graphs.get("count_per_key")
+        progress = graph.progress if graph else None
+        return progress is not None and (progress.committed_watermark or 0) >= target
 
     try:
         wait_for(caught_up, 600, "hotswap catch-up")

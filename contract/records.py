@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import redis
 
-from contract.models import CurrentQuery, GraphRecord, ServiceState
+from contract.models import CurrentQuery, GraphProgress, GraphRecord, ServiceState
 from contract.names import Keys
 
 
@@ -28,3 +28,9 @@ def read_service_state(client: redis.Redis, keys: Keys) -> ServiceState:
 
 def read_counters(client: redis.Redis, keys: Keys) -> dict[str, int]:
     return {_text(k): int(v) for k, v in client.hgetall(keys.counters).items()}
+
+
+def read_progress(client: redis.Redis, keys: Keys, query_id: str) -> GraphProgress | None:
+    """The service sink's last report on one execution graph, or None before its first batch."""
+    raw = client.get(keys.progress(query_id))
+    return None if raw is None else GraphProgress.model_validate_json(raw)

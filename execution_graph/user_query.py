@@ -1,4 +1,4 @@
-"""Loading a user query and applying it to the `events` stream.
+"""Applying a user query to the `events` stream (execution_graph.source reads its file).
 
 A query is either a `.sql` file over the view `events(key, value, ts, event_time)` or a `.py`
 file that defines `query(events: DataFrame) -> DataFrame`. Python queries run as code with the
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import types
-from pathlib import Path
 
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
@@ -23,24 +22,6 @@ EVENTS_COLUMNS = ("key", "value", "ts", "event_time")
 # Temp views are per session; the lock keeps two graphs from binding `events` at the same time.
 # The view is resolved when spark.sql() analyses the text, so replacing it later is harmless.
 _view_lock = threading.Lock()
-
-
-def load_query_source(path: Path, name: str | None = None) -> QuerySource:
-    if not path.exists():
-        raise QueryRejected(f"query file {path} does not exist")
-    if not path.is_file():
-        raise QueryRejected(f"query path {path} is not a file")
-    suffix = path.suffix.lower()
-    if suffix == ".sql":
-        kind = QueryKind.SQL
-    elif suffix == ".py":
-        kind = QueryKind.PYTHON
-    else:
-        raise QueryRejected(f"query file {path} must end in .sql or .py")
-    text = path.read_text(encoding="utf-8")
-    if not text.strip():
-        raise QueryRejected(f"query file {path} is empty")
-    return QuerySource(name=name or path.stem, kind=kind, text=text, path=str(path))
 
 
 def apply_query(spark: SparkSession, events: DataFrame, source: QuerySource) -> DataFrame:

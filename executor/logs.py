@@ -1,28 +1,67 @@
-"""structlog set-up: readable lines on a terminal, JSON lines with --log-format json."""
+"""Logging set-up: readable lines on a terminal, JSON lines with --log-format json.
+
+Every line goes through one handler on the root logger, whose structlog ProcessorFormatter renders
+both hotswap's own structlog events and the standard-library records of the libraries underneath
+(kafka-python, py4j, pyspark, urllib3...): the same format, timestamp, level and logger name, and
+the context bound with structlog.contextvars (namespace, swap_id, query_id), so a JSON reader sees
+one kind of line.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
+from typing import TextIO
 
 import structlog
+from structlog.typing import Processor
+
+# Chatty at INFO (kafka-python logs every connection and rebalance; py4j every gateway call): kept
+# at WARNING unless the operator asks for debug.
+NOISY_LOGGERS = ("kafka", "py4j", "pyspark", "urllib3", "asyncio", "filelock")
+
+# The handler configure_logging installed last, so a second call replaces it instead of doubling lines.
+_installed: logging.Handler | None = None
 
 
-def configure_logging(log_format: str = "console", level: str = "info") -> None:
+def configure_logging(log_format: str = "console", level: str = "info", stream: TextIO | None = None) -> None:
+    """Route structlog and the standard library's logging to `stream` (default stderr) in one format.
+    Safe to call again: the latest call wins."""
+    global _installed
     numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
-    renderer: structlog.typing.Processor
+    out = stream if stream is not None else sys.stderr
+    # What every line gets, whether it came from structlog or from a library's stdlib logger.
+    shared: list[Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    rendering: list[Processor] = [structlog.stdlib.ProcessorFormatter.remove_processors_meta]
     if log_format == "json":
-        renderer = structlog.processors.JSONRenderer()
+        rendering += [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        colors = out.isatty()
+        # No locals in tracebacks: they can hold the Redis URL with its password, or a query's rows.
+        tracebacks = structlog.dev.RichTracebackFormatter(
+            color_system="truecolor" if colors else None, show_locals=False
+        )
+        rendering.append(structlog.dev.ConsoleRenderer(colors=colors, exception_formatter=tracebacks))
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            renderer,
-        ],
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.stdlib.LoggerFactory(),
         cache_logger_on_first_use=False,
     )
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(foreign_pre_chain=shared, processors=rendering))
+    handler.setLevel(numeric)
+    root = logging.getLogger()
+    if _installed is not None:
+        root.removeHandler(_installed)
+    root.addHandler(handler)
+    root.setLevel(numeric)
+    _installed = handler
+    quiet = logging.NOTSET if numeric <= logging.DEBUG else max(numeric, logging.WARNING)
+    for name in NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(quiet)

@@ -24,6 +24,7 @@ from contract.errors import ControlStateLost, LeaseLost
 from contract.fence import Fence, fenced_write
 from contract.models import GraphProgress, now_ms
 from contract.names import Keys
+from contract.records import read_progress
 
 log = structlog.get_logger(__name__)
 
@@ -127,8 +128,7 @@ class ProgressReporter(StreamingQueryListener):
             self._latest.pop(query_id, None)
 
     def _stored(self, query_id: str) -> GraphProgress | None:
-        raw = self._redis.get(self._keys.progress(query_id))
-        return None if raw is None else GraphProgress.model_validate_json(raw)
+        return read_progress(self._redis, self._keys, query_id)
 
     def _is_committed(self, query_id: str, batch_id: int) -> bool:
         jvm = self._spark.sparkContext._jvm
@@ -136,8 +136,3 @@ class ProgressReporter(StreamingQueryListener):
         path = jvm.org.apache.hadoop.fs.Path(f"{self._checkpoint_for(query_id)}/commits/{batch_id}")
         fs = path.getFileSystem(self._spark.sparkContext._jsc.hadoopConfiguration())
         return bool(fs.exists(path))
-
-
-def read_progress(client: redis.Redis, keys: Keys, query_id: str) -> GraphProgress | None:
-    raw = client.get(keys.progress(query_id))
-    return None if raw is None else GraphProgress.model_validate_json(raw)

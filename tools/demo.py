@@ -20,7 +20,7 @@ from rich.table import Table
 from contract.journal import SwapPhase
 from contract.models import now_ms
 from contract.settings import Settings
-from execution_graph.user_query import load_query_source
+from execution_graph.source import load_query_source
 from executor.control.controller import Executor
 from executor.control.spark_session import build_spark_session
 from executor.operator.client import Client, redis_client

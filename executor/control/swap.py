@@ -25,6 +25,7 @@ from contract.fence import Fence
 from contract.journal import Journal, SwapPhase, SwapRecord
 from contract.models import GraphRecord, GraphState, new_spark_query_id
 from contract.names import Keys
+from contract.records import read_progress
 from contract.settings import Settings
 from contract.windows import format_duration_ms, reached_cut, window_start
 from execution_graph.errors import QueryRejected
@@ -32,7 +33,7 @@ from execution_graph.user_query import first_line
 from execution_graph.validation import check_cuttable
 from executor.control.graphs import Graphs
 from executor.control.waits import clock, start_blocker
-from service_sink.progress import ProgressReporter, read_progress
+from service_sink.progress import ProgressReporter
 
 log = structlog.get_logger(__name__)
 

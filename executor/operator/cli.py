@@ -3,24 +3,26 @@
 from __future__ import annotations
 
 import functools
-import json
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import redis
 import typer
-from kafka.errors import KafkaError
 from rich.console import Console
 from rich.table import Table
 
 from contract.errors import HotswapError
 from contract.settings import Settings, load_settings
 from executor.logs import configure_logging
+
+if TYPE_CHECKING:
+    from contract.status import Status
 
 app = typer.Typer(
     help="Replace a running Spark Structured Streaming query live.",
@@ -49,7 +51,12 @@ def operator_errors(command: Callable[P, R]) -> Callable[P, R]:
         except redis.RedisError as exc:
             typer.echo(f"hotswap: cannot reach Redis ({exc}); is the stack up (`hotswap stack up`)?", err=True)
             raise typer.Exit(1) from exc
-        except KafkaError as exc:
+        except Exception as exc:
+            # kafka-python is imported only by the commands that talk to Kafka (importing it is a
+            # good part of a light command's run time), and a KafkaError can only come from them.
+            kafka_errors = sys.modules.get("kafka.errors")
+            if kafka_errors is None or not isinstance(exc, kafka_errors.KafkaError):
+                raise
             typer.echo(f"hotswap: Kafka error ({exc}); is the stack up (`hotswap stack up`)?", err=True)
             raise typer.Exit(1) from exc
 
@@ -171,7 +178,7 @@ def run(
 ) -> None:
     """Run the executor in the foreground (Ctrl-C stops it; a restart resumes)."""
     from contract.names import Keys
-    from execution_graph.user_query import load_query_source
+    from execution_graph.source import load_query_source
     from executor.control.controller import Executor
     from executor.control.lease import Lease
     from executor.control.spark_session import build_spark_session
@@ -292,7 +299,7 @@ def status(
 
     doc = Client(ctx.obj.settings(namespace=namespace)).status()
     if as_json:
-        typer.echo(json.dumps(doc, indent=2, default=str))
+        typer.echo(doc.model_dump_json(indent=2))
         return
     render_status(doc)
 
@@ -303,40 +310,45 @@ def _iso(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
-def render_status(doc: dict[str, Any]) -> None:
-    current = doc["current"]
+def render_status(doc: Status) -> None:
+    current = doc.current
     console.print(
-        f"[bold]namespace[/] {doc['namespace']}   [bold]executor[/] {doc['executor']['phase']} "
-        f"({doc['executor']['holder'] or 'no lease'})   "
-        f"[bold]current[/] {current['query_id'] if current else '-'}",
+        f"[bold]namespace[/] {doc.namespace}   [bold]executor[/] {doc.executor.phase} "
+        f"({doc.executor.holder or 'no lease'})   "
+        f"[bold]current[/] {current.query_id if current else '-'}",
         soft_wrap=True,
     )
-    service = doc["service"]
+    if doc.executor.holder is None and current is None and not doc.swaps:
+        console.print(
+            f"namespace {doc.namespace!r} has no executor and no swaps: start one with `hotswap run --query FILE`, "
+            "or name the namespace yours runs in with --namespace",
+            soft_wrap=True,
+        )
+        return
+    service = doc.service
     table = Table("partition", "window end", "event time", "offset", "idle", title="service graph")
-    for p, node in service["partitions"].items():
-        idle = "yes" if node.get("idle") else ""
-        table.add_row(p, _iso(node["window_end"]), _iso(node["event_time"]), str(node["offset"]), idle)
+    for p, node in service.partitions.items():
+        table.add_row(p, _iso(node.window_end), _iso(node.event_time), str(node.offset), "yes" if node.idle else "")
     console.print(table)
     console.print(
-        f"watermark {_iso(service['watermark'])}   late records {doc['late_records']}   "
-        f"dead-letter records {doc['dead_letter_records']}   expired records {doc['expired_records']}"
+        f"watermark {_iso(service.watermark)}   late records {doc.late_records}   "
+        f"dead-letter records {doc.dead_letter_records}   expired records {doc.expired_records}"
     )
     swaps = Table("swap", "from", "to", "state", "cut (W)", "phases", "waiting for / error", title="swaps")
-    for s in doc["swaps"]:
-        phases = " > ".join(p["name"] for p in s["phases"])
+    for s in doc.swaps:
         swaps.add_row(
-            s["id"],
-            s["from_query"] or "-",
-            s["to_query"],
-            s["state"],
-            _iso(s["cut_window_end"]),
-            phases,
-            s["error"] or s.get("waiting_for") or s.get("note") or "",
+            s.id,
+            s.from_query or "-",
+            s.to_query,
+            s.state,
+            _iso(s.cut_window_end),
+            " > ".join(p.name for p in s.phases),
+            s.error or s.waiting_for or s.note or "",
         )
     console.print(swaps)
     owners = " | ".join(
-        f"{o['query_id']} {_iso(o['after']) if o['after'] else '…'} .. {_iso(o['through']) if o['through'] else '…'}"
-        for o in doc.get("owners", [])
+        f"{o.query_id} {_iso(o.after) if o.after else '…'} .. {_iso(o.through) if o.through else '…'}"
+        for o in doc.owners
     )
     if owners:
         console.print(f"[bold]windows by version[/] (window end after .. through) {owners}", soft_wrap=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -13,14 +13,25 @@ from redis.retry import Retry
 
 from contract.errors import ConfigError, TimeoutExpired
 from contract.journal import Journal, SwapPhase, SwapRecord
-from contract.models import ExecutorRecord, GraphRecord, GraphState
+from contract.models import ExecutorPhase, ExecutorRecord, GraphProgress, GraphRecord, GraphState
 from contract.names import Keys
-from contract.records import read_counters, read_current, read_graphs, read_service_state
+from contract.records import read_counters, read_current, read_graphs, read_progress, read_service_state
 from contract.settings import Settings
-from execution_graph.user_query import load_query_source
+from contract.status import (
+    CurrentStatus,
+    ExecutorStatus,
+    GraphStatus,
+    OwnerStatus,
+    PartitionStatus,
+    PhaseStatus,
+    ProgressStatus,
+    ServiceStatus,
+    Status,
+    SwapStatus,
+)
+from execution_graph.source import load_query_source
 from executor.control.waits import clock, start_blocker, waiting_for
 from executor.errors import ExecutorError, SubmitRejected, SwapFailed
-from service_sink.progress import read_progress
 
 
 def redis_client(settings: Settings, retries: int = 40) -> redis.Redis:
@@ -156,7 +167,7 @@ class Client:
             raise SwapFailed(f"swap {swap_id} {record.state}: {record.error}")
         return record
 
-    def wait_for(self, swap_id: str, done: Any, timeout_s: float, what: str) -> SwapRecord:
+    def wait_for(self, swap_id: str, done: Callable[[SwapRecord], bool], timeout_s: float, what: str) -> SwapRecord:
         deadline = time.monotonic() + timeout_s
         while True:
             record = self.journal.get(swap_id)
@@ -182,8 +193,8 @@ class Client:
             )
         return aborted
 
-    def status(self) -> dict[str, Any]:
-        """The status document; its core fields are a contract (README, "Status")."""
+    def status(self) -> Status:
+        """The status document; its core fields are a contract (README, "Status"; docs/status.schema.json)."""
         current = read_current(self._redis, self._keys)
         service = read_service_state(self._redis, self._keys)
         counters = read_counters(self._redis, self._keys)
@@ -193,65 +204,68 @@ class Client:
         executor = ExecutorRecord.model_validate_json(raw_executor) if raw_executor else None
         swaps = self.journal.all()
         progress = {query_id: read_progress(self._redis, self._keys, query_id) for query_id in graphs}
-        return {
-            "namespace": self.settings.namespace,
-            "executor": {
-                "holder": lease.decode() if isinstance(lease, bytes) else lease,
-                "phase": str(executor.phase) if executor and lease else "stopped",
-                "since": executor.at if executor else None,
-            },
-            "current": current.model_dump() if current else None,
-            "swaps": [
-                _swap_view(s, waiting_for(s, swaps, service, progress, start_blocker(current, graphs, swaps, s)), swaps)
+        return Status(
+            namespace=self.settings.namespace,
+            executor=ExecutorStatus(
+                holder=lease.decode() if isinstance(lease, bytes) else lease,
+                # A recorded phase without the lease is a stale record: nobody acts on the namespace.
+                phase=executor.phase if executor and lease else ExecutorPhase.STOPPED,
+                since=executor.at if executor else None,
+            ),
+            current=CurrentStatus(query_id=current.query_id, started_at=current.started_at) if current else None,
+            swaps=[
+                _swap_status(
+                    s, waiting_for(s, swaps, service, progress, start_blocker(current, graphs, swaps, s)), swaps
+                )
                 for s in swaps
             ],
-            "owners": window_owners(swaps, current.query_id if current else None),
-            "service": {
-                "watermark": service.watermark,
-                "last_batch": service.last_batch,
-                "partitions": {
-                    p: {"window_end": n.window_end, "event_time": n.event_time, "offset": n.offset, "idle": n.idle}
+            owners=window_owners(swaps, current.query_id if current else None),
+            service=ServiceStatus(
+                watermark=service.watermark,
+                last_batch=service.last_batch,
+                partitions={
+                    p: PartitionStatus(window_end=n.window_end, event_time=n.event_time, offset=n.offset, idle=n.idle)
                     for p, n in sorted(service.partitions.items(), key=lambda item: int(item[0]))
                 },
-            },
-            "graphs": {
-                query_id: {
-                    "state": g.state,
-                    "topic": g.topic,
-                    "window_ms": g.window_ms,
-                    "kind": g.source.kind,
-                    "started_at": g.started_at,
-                    "retired_at": g.retired_at,
-                    "progress": _progress_view(progress[query_id]),
-                }
+            ),
+            graphs={
+                query_id: GraphStatus(
+                    state=g.state,
+                    topic=g.topic,
+                    window_ms=g.window_ms,
+                    kind=g.source.kind,
+                    started_at=g.started_at,
+                    retired_at=g.retired_at,
+                    progress=_progress_status(progress[query_id]),
+                )
                 for query_id, g in graphs.items()
             },
-            "late_records": counters.get("late_records", 0),
-            "dead_letter_records": counters.get("dead_letter_records", 0),
-            "expired_records": counters.get("expired_records", 0),
-        }
+            late_records=counters.get("late_records", 0),
+            dead_letter_records=counters.get("dead_letter_records", 0),
+            expired_records=counters.get("expired_records", 0),
+        )
 
 
-def window_owners(swaps: list[SwapRecord], current: str | None) -> list[dict[str, Any]]:
+def window_owners(swaps: list[SwapRecord], current: str | None) -> list[OwnerStatus]:
     """Which query version answers which windows: windows ending after `after` and at or before
     `through` (null: unbounded). Each cut moves ownership, whether its swap completed, was rolled
     back later (its windows stay its own) or is still draining."""
-    owners: list[dict[str, Any]] = []
+    owners: list[OwnerStatus] = []
     for swap in swaps:
         moved = swap.state.is_past_cut or swap.state.is_done
         moved = moved or swap.failed_after_cut
         if swap.cut_window_end is None or swap.from_query is None or not moved:
             continue
         if not owners:
-            owners.append({"query_id": swap.from_query, "after": None, "through": None})
-        owners[-1]["through"] = swap.cut_window_end
-        owners.append({"query_id": swap.to_query, "after": swap.cut_window_end, "through": None, "swap_id": swap.id})
+            owners.append(OwnerStatus(query_id=swap.from_query, after=None, through=None))
+        owners[-1] = owners[-1].model_copy(update={"through": swap.cut_window_end})
+        owners.append(OwnerStatus(query_id=swap.to_query, after=swap.cut_window_end, through=None, swap_id=swap.id))
     if not owners and current is not None:
-        owners.append({"query_id": current, "after": None, "through": None})
+        owners.append(OwnerStatus(query_id=current, after=None, through=None))
     return owners
 
 
-def _swap_view(swap: SwapRecord, waiting: str | None, swaps: list[SwapRecord]) -> dict[str, Any]:
+def _swap_status(swap: SwapRecord, waiting: str | None, swaps: list[SwapRecord]) -> SwapStatus:
     undoing = next((s for s in swaps if s.rollback_of == swap.id and s.state is SwapPhase.COMPLETED), None)
     note = None
     if swap.state is SwapPhase.ROLLED_BACK and undoing is not None:
@@ -259,30 +273,30 @@ def _swap_view(swap: SwapRecord, waiting: str | None, swaps: list[SwapRecord]) -
             f"rolled back by {undoing.id}: windows ending after {clock(swap.cut_window_end)} through "
             f"{clock(undoing.cut_window_end)} keep {swap.to_query}'s results; {undoing.to_query} answers after that"
         )
-    return {
-        "id": swap.id,
-        "from_query": swap.from_query,
-        "to_query": swap.to_query,
-        "state": str(swap.state),
-        "cut_window_end": swap.cut_window_end,
-        "cut_batch": swap.cut_batch,
-        "old_window_ms": swap.old_window_ms,
-        "new_window_ms": swap.new_window_ms,
-        "phases": [{"name": str(p.name), "at": p.at} for p in swap.phases],
-        "error": swap.error,
-        "waiting_for": waiting,
-        "rollback_of": swap.rollback_of,
-        "note": note,
-    }
+    return SwapStatus(
+        id=swap.id,
+        from_query=swap.from_query,
+        to_query=swap.to_query,
+        state=swap.state,
+        cut_window_end=swap.cut_window_end,
+        cut_batch=swap.cut_batch,
+        old_window_ms=swap.old_window_ms,
+        new_window_ms=swap.new_window_ms,
+        phases=[PhaseStatus(name=p.name, at=p.at) for p in swap.phases],
+        error=swap.error,
+        waiting_for=waiting,
+        rollback_of=swap.rollback_of,
+        note=note,
+    )
 
 
-def _progress_view(progress: Any) -> dict[str, Any] | None:
+def _progress_status(progress: GraphProgress | None) -> ProgressStatus | None:
     if progress is None:
         return None
-    return {
-        "batch_id": progress.batch_id,
-        "watermark": progress.watermark,
-        "committed_batch": progress.committed_batch,
-        "committed_watermark": progress.committed_watermark,
-        "num_input_rows": progress.num_input_rows,
-    }
+    return ProgressStatus(
+        batch_id=progress.batch_id,
+        watermark=progress.watermark,
+        committed_batch=progress.committed_batch,
+        committed_watermark=progress.committed_watermark,
+        num_input_rows=progress.num_input_rows,
+    )

@@ -11,8 +11,8 @@ from pyspark.sql import SparkSession
 from redis.client import Pipeline
 
 from contract.journal import Journal, SwapPhase, SwapRecord
-from contract.keys import Keys
 from contract.models import GraphProgress, GraphRecord, GraphState, QueryKind, QuerySource
+from contract.names import Keys
 from contract.settings import Settings
 from execution_graph.errors import GraphStartFailed, QueryRejected
 from execution_graph.validation import QueryShape, check_cuttable
@@ -158,7 +158,7 @@ class World:
             query_id=name,
             source=query(name, window_ms),
             window_ms=window_ms,
-            topic=self.settings.graph_topic(name),
+            topic=self.settings.names.graph_topic(name),
         )
         running = self.graphs.deploy(record)
         self.graphs.set_current(running)

@@ -7,7 +7,7 @@ import fakeredis
 import pytest
 
 from contract.journal import IllegalTransition, Journal, SwapPhase, SwapRecord
-from contract.keys import Keys
+from contract.names import Keys
 from contract.settings import Settings
 from executor.errors import ExecutorError
 from executor.operator.client import Client

@@ -36,9 +36,9 @@ from pyspark.sql.streaming.query import StreamingQuery
 from contract.errors import ControlStateLost, LeaseLost
 from contract.fence import Fence
 from contract.journal import SwapPhase, SwapRecord
-from contract.keys import Keys
 from contract.lifecycle import HEALTHY_RESET_S
 from contract.models import GraphRecord, GraphState
+from contract.names import Keys
 from contract.settings import Settings
 from execution_graph.errors import GraphStartFailed
 from executor.control.controller import FATAL
@@ -146,7 +146,7 @@ def test_a_new_query_that_dies_before_the_cut_fails_its_swap_and_the_old_query_k
     assert record.cut_window_end is None
     assert world.graph_state("a") is GraphState.RUNNING
     assert world.graph_state("b") is GraphState.FAILED
-    assert world.graphs.fake_topics.deleted == [world.settings.graph_topic("b")]
+    assert world.graphs.fake_topics.deleted == [world.settings.names.graph_topic("b")]
 
 
 def test_a_swap_that_gets_no_cut_within_the_drain_timeout_fails(world: World) -> None:
@@ -248,8 +248,8 @@ def test_a_new_query_that_fails_for_good_after_the_cut_fails_its_swap_and_keeps_
     assert record.cut_window_end == W  # routing keeps W: b's rows wait in its topic
     assert record.error == (
         f"query b kept failing after 2 restarts ({SPARK_FAILURE} (attempt 3)); its input waits in topic "
-        f"{world.settings.graph_topic('b')}: `hotswap rollback {swap_id}` or `hotswap submit FILE --fix {swap_id}` "
-        "takes it over"
+        f"{world.settings.names.graph_topic('b')}: `hotswap rollback {swap_id}` or "
+        f"`hotswap submit FILE --fix {swap_id}` takes it over"
     )
     current = world.graphs.current()
     assert current is not None

@@ -20,7 +20,7 @@ import pytest
 from contract.errors import LeaseLost
 from contract.fence import Fence
 from contract.journal import Journal, SwapPhase, SwapRecord
-from contract.keys import Keys
+from contract.names import Keys
 from contract.settings import Settings
 from executor.control.lease import Lease, process_space
 from executor.errors import LeaseHeld

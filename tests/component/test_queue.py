@@ -66,7 +66,7 @@ def test_an_aborted_queued_swap_is_skipped_and_its_successor_replaces_the_query_
     assert world.journal.get(d).from_query == "b"
     assert "c" not in world.graphs.fake_runner.started
     assert world.graph_state("c") is GraphState.FAILED  # its record is cleaned up, its topic removed
-    assert world.settings.graph_topic("c") in world.graphs.fake_topics.deleted
+    assert world.settings.names.graph_topic("c") in world.graphs.fake_topics.deleted
 
 
 def test_a_rejected_swap_does_not_block_the_swaps_behind_it(world: World) -> None:

@@ -10,7 +10,7 @@ import fakeredis
 import pytest
 
 from contract.journal import IllegalTransition, Journal, SwapPhase, SwapRecord, check_transition
-from contract.keys import Keys
+from contract.names import Keys
 
 pytestmark = pytest.mark.component
 

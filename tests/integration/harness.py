@@ -22,7 +22,7 @@ from pyspark.sql import SparkSession
 from contract.faults import CRASH_ENV
 from contract.names import Keys
 from contract.settings import Settings
-from execution_graph.user_query import load_query_source
+from execution_graph.source import load_query_source
 from executor.control.controller import Executor
 from executor.operator.client import Client, redis_client
 from service_sink.audit import read_topic_records
@@ -107,9 +107,9 @@ def continuous_load(settings: Settings, spec: GeneratorSpec) -> Iterator[Load]:
 
 def committed_watermark(client: Client, query_id: str) -> int:
     """The watermark of the graph's last committed batch, as the service sink reported it (0 if none)."""
-    graph = client.status()["graphs"].get(query_id)
-    progress = graph["progress"] if graph else None
-    return int(progress["committed_watermark"] or 0) if progress else 0
+    graph = client.status().graphs.get(query_id)
+    progress = graph.progress if graph else None
+    return (progress.committed_watermark or 0) if progress else 0
 
 
 # -- queries made for tests ------------------------------------------------------------------------

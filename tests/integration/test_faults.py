@@ -12,9 +12,10 @@ import redis
 from pyspark.sql import SparkSession
 
 from contract.journal import SwapPhase, SwapRecord
+from contract.models import GraphState
 from contract.names import Keys
 from contract.settings import Settings
-from execution_graph.user_query import load_query_source
+from execution_graph.source import load_query_source
 from executor.errors import SubmitRejected
 from executor.operator.client import Client
 from executor.stack import EmbeddedStack
@@ -173,9 +174,9 @@ def test_bad_queries_are_rejected_with_their_reason_and_change_nothing(
             assert reason in message, f"{name}: {message}"
             assert "\n" not in message
         after = client.status()
-    assert after["current"] == before["current"]
-    assert set(after["graphs"]) == {"count_per_key"}
-    assert [s["state"] for s in after["swaps"]] == ["rejected"] * len(BAD_QUERIES)
+    assert after.current == before.current
+    assert set(after.graphs) == {"count_per_key"}
+    assert [s.state for s in after.swaps] == [SwapPhase.REJECTED] * len(BAD_QUERIES)
 
 
 def test_submit_of_a_missing_file_is_one_line_and_exits_1(settings: Settings, tmp_path: Path) -> None:
@@ -248,8 +249,9 @@ def test_a_query_failing_before_the_cut_fails_the_swap_and_the_old_query_keeps_s
     assert ended.cut_window_end is None
     assert "cannot reach the feature store" in (ended.error or "")
     assert "the old query keeps serving" in (ended.error or "")
-    assert status["current"]["query_id"] == "count_per_key"
-    assert status["graphs"]["broken_start"]["state"] == "failed"
+    assert status.current is not None
+    assert status.current.query_id == "count_per_key"
+    assert status.graphs["broken_start"].state is GraphState.FAILED
     assert not read_topic(settings, settings.names.graph_topic("broken_start"))
 
 
@@ -281,8 +283,10 @@ def test_abort_works_until_the_cut(settings: Settings, spark: SparkSession, clie
         # Queued behind the deploy, the executor has not even validated this one yet.
         queued = client.journal.create(SwapRecord(id="queued", to_query="max", source=load_query_source(MAX_30S)))
         aborted = [client.abort(deploying.id), client.abort(queued.id)]
-        wait_until(lambda: client.status()["graphs"][deploying.to_query]["state"] == "failed", 120, "clean-up")
-        assert client.status()["current"]["query_id"] == "count_per_key"
+        wait_until(lambda: client.status().graphs[deploying.to_query].state is GraphState.FAILED, 120, "clean-up")
+        current = client.status().current
+        assert current is not None
+        assert current.query_id == "count_per_key"
         # The namespace never saw an event: the next swap's cut has no window before it, so it completes.
         done = client.wait_until_done(client.submit(MAX_30S).id, 120)
         status = client.status()
@@ -290,7 +294,8 @@ def test_abort_works_until_the_cut(settings: Settings, spark: SparkSession, clie
     assert [client.journal.get(s.id).state for s in (deploying, queued)] == [SwapPhase.ABORTED, SwapPhase.ABORTED]
     assert done.state is SwapPhase.COMPLETED
     assert done.cut_window_end == 0
-    assert status["current"]["query_id"] == done.to_query
+    assert status.current is not None
+    assert status.current.query_id == done.to_query
 
 
 # -- infrastructure ----------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from kafka import KafkaProducer
 from pyspark.sql import SparkSession
 
 from contract.journal import SwapPhase, SwapRecord
+from contract.models import GraphState
 from contract.settings import Settings
 from executor.control.topics import Topics
 from executor.operator.client import Client
@@ -126,7 +127,7 @@ def test_skewed_partitions_and_a_backlog_lose_no_row_and_catch_up_in_bounded_bat
         sizes = [input_rows(p) for p in service.recentProgress]
     assert max(sizes) <= bound, f"a batch read {max(sizes)} rows, above the bound of {bound}"
     assert sum(1 for n in sizes if n >= bound * 3 // 4) >= 5, f"the backlog was not read in bounded batches: {sizes}"
-    assert client.status()["late_records"] == 0
+    assert client.status().late_records == 0
     assert truth.late == set()
     check_two_versions(truth, client, record.id)
 
@@ -174,7 +175,7 @@ def test_submit_b_submit_c_abort_b_and_c_replaces_a(
         truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
         status = client.status()
     assert client.journal.get(b.id).state is SwapPhase.ABORTED
-    assert status["graphs"][b.to_query]["state"] == "failed"
+    assert status.graphs[b.to_query].state is GraphState.FAILED
     assert done.from_query == "count_per_key"
     check_two_versions(truth, client, c.id)
 
@@ -204,6 +205,6 @@ def test_an_event_from_the_year_2100_is_dead_lettered_and_moves_no_window_and_no
     dead = read_topic(settings, settings.names.dead_letter_topic)
     assert [json.loads(r.value)["ts"] for r in dead] == [YEAR_2100_MS]
     assert dead[0].headers["hotswap.reason"] == b"event time more than 1h ahead of the watermark"
-    assert status["dead_letter_records"] == 1
+    assert status.dead_letter_records == 1
     assert len(truth.dead) == 1
     check_two_versions(truth, client, done.id)

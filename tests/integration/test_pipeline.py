@@ -36,12 +36,13 @@ def test_seeded_events_flow_through_and_every_closed_window_matches_a_recomputat
         truth = settle(settings, lambda: committed_watermark(client, "count_per_key"))
         status = client.status()
 
-    assert status["current"]["query_id"] == "count_per_key"
-    partitions = status["service"]["partitions"]
+    assert status.current is not None
+    assert status.current.query_id == "count_per_key"
+    partitions = status.service.partitions
     assert set(partitions) == {"0", "1"}
-    assert all(p["window_end"] >= T0 + 30_000 for p in partitions.values())
-    assert status["service"]["watermark"] >= T0 + 35_000
-    assert status["late_records"] == 0
+    assert all((p.window_end or 0) >= T0 + 30_000 for p in partitions.values())
+    assert (status.service.watermark or 0) >= T0 + 35_000
+    assert status.late_records == 0
 
     assert len(truth.events) == 4000
     assert not truth.late
@@ -79,7 +80,7 @@ def test_restart_on_the_same_namespace_resumes_without_duplicates(
         produce(settings, second, settings.source_topic)
         wait_until(lambda: committed_watermark(client, "count_per_key") >= T0 + 25_000, 120, "windows after restart")
         truth = settle(settings, lambda: committed_watermark(client, "count_per_key"))
-    assert [s["to_query"] for s in client.status()["swaps"]] == []
+    assert [s.to_query for s in client.status().swaps] == []
     version = Version("count_per_key", 10_000, count_and_total)
     assert_invariants(read_results(settings), truth.on_time, [version], [], truth.closed_until)
 
@@ -112,7 +113,7 @@ def test_malformed_events_go_to_the_dead_letter_topic_with_reason_and_original_b
             "malformed events in the dead-letter topic",
         )
         dead = read_topic(settings, settings.names.dead_letter_topic)
-        wait_until(lambda: client.status()["dead_letter_records"] == len(MALFORMED), 30, "the dead-letter count")
+        wait_until(lambda: client.status().dead_letter_records == len(MALFORMED), 30, "the dead-letter count")
     by_value = {r.value: r.headers["hotswap.reason"].decode() for r in dead}
     assert by_value == {raw: reason for raw, reason in MALFORMED}
     # The pipeline kept running: the good event reached the execution graph's input.

@@ -9,7 +9,8 @@ import pytest
 import redis
 from pyspark.sql import SparkSession
 
-from contract.journal import SwapRecord
+from contract.journal import SwapPhase, SwapRecord
+from contract.models import GraphState
 from contract.names import Keys
 from contract.settings import Settings
 from executor.operator.client import Client
@@ -131,13 +132,13 @@ def test_a_completed_swap_and_a_running_one_are_rolled_back_under_load(
         load.stop()
         truth = settle(settings, lambda: committed_watermark(client, final))
         status = client.status()
-    swaps = {s["id"]: s for s in status["swaps"]}
-    assert swaps[completed.id]["state"] == "rolled_back"
-    assert swaps[running.id]["state"] == "rolled_back"
-    assert f"rolled back by {back.id}" in swaps[completed.id]["note"]
+    swaps = {s.id: s for s in status.swaps}
+    assert swaps[completed.id].state is SwapPhase.ROLLED_BACK
+    assert swaps[running.id].state is SwapPhase.ROLLED_BACK
+    assert f"rolled back by {back.id}" in (swaps[completed.id].note or "")
     cuts = [truth.cut(client.journal.get(swap_id)) for swap_id in swaps]
     assert all(cut % 30_000 == 0 for cut in cuts)  # every cut, the rollbacks' included, is window-aligned
-    assert [o["query_id"] for o in status["owners"]] == [
+    assert [o.query_id for o in status.owners] == [
         "count_per_key",
         "max_per_key_30s",
         "count_per_key-2",
@@ -191,7 +192,7 @@ def test_a_query_failing_for_good_after_its_cut_is_rolled_back_and_then_fixed_fo
         """The swap's query fails for good after its cut: during the drain (the swap fails) or after it
         completed, whichever comes first on this machine."""
         swap = client.submit(query)
-        wait_until(lambda: client.status()["graphs"][swap.to_query]["state"] == "failed", 180, "failed for good")
+        wait_until(lambda: client.status().graphs[swap.to_query].state is GraphState.FAILED, 180, "failed for good")
         return client.journal.get(swap.id)
 
     with executor_running(failing_fast, spark, COUNT_10S), continuous_load(settings, spec) as load:
@@ -208,8 +209,8 @@ def test_a_query_failing_for_good_after_its_cut_is_rolled_back_and_then_fixed_fo
         load.stop()
         truth = settle(settings, lambda: committed_watermark(client, final))
         status = client.status()
-    swaps = {s["id"]: s for s in status["swaps"]}
-    assert swaps[first.id]["state"] == "rolled_back"
+    swaps = {s.id: s for s in status.swaps}
+    assert swaps[first.id].state is SwapPhase.ROLLED_BACK
     assert back.to_query == "count_per_key-2"
     assert back.from_query == "scored"
     assert fixed.from_query == "scored_again"

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
 from contract.journal import SwapPhase
+from contract.models import GraphState
 from contract.settings import Settings
+from contract.status import SwapStatus
 from executor.operator.client import Client
 from service_sink.audit import read_results
 from tests.conftest import wait_until
@@ -28,12 +29,16 @@ T0 = 1_700_000_000_000
 PHASES = ["submitted", "validated", "deployed", "cut", "draining", "drained", "retired", "completed"]
 
 
-def swap_and_wait(client: Client, query: Path) -> dict[str, Any]:
+def swap_and_wait(client: Client, query: Path) -> SwapStatus:
     record = client.submit(query)
     done = client.wait_until_done(record.id, 180)
     assert [p.name for p in done.phases] == PHASES
-    views: list[dict[str, Any]] = client.status()["swaps"]
-    return next(s for s in views if s["id"] == done.id)
+    return next(s for s in client.status().swaps if s.id == done.id)
+
+
+def cut_of(swap: SwapStatus) -> int:
+    assert swap.cut_window_end is not None, f"swap {swap.id} has no cut"
+    return swap.cut_window_end
 
 
 def test_three_consecutive_swaps_under_load_keep_every_invariant(
@@ -44,20 +49,21 @@ def test_three_consecutive_swaps_under_load_keep_every_invariant(
     with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as load:
         wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 20_000, 120, "first windows")
         swaps = [swap_and_wait(client, query) for query in (MAX_30S, AVERAGE_10S, TOTAL_20S)]
-        final = str(swaps[-1]["to_query"])
-        last_cut = int(str(swaps[-1]["cut_window_end"]))
+        final = swaps[-1].to_query
+        last_cut = cut_of(swaps[-1])
         wait_until(lambda: committed_watermark(client, final) >= last_cut + 40_000, 120, "windows after the last cut")
         load.stop()
         truth = settle(settings, lambda: committed_watermark(client, final))
         status = client.status()
 
-    cuts = [truth.cut(client.journal.get(str(s["id"]))) for s in swaps]
+    cuts = [truth.cut(client.journal.get(s.id)) for s in swaps]
     assert cuts == sorted(cuts)
     assert cuts[0] % 30_000 == 0  # 10 s -> 30 s
     assert cuts[1] % 30_000 == 0  # 30 s -> 10 s
     assert cuts[2] % 20_000 == 0  # 10 s -> 20 s
-    assert status["current"]["query_id"] == final
-    assert [g["state"] for g in status["graphs"].values()].count("running") == 1
+    assert status.current is not None
+    assert status.current.query_id == final
+    assert [g.state for g in status.graphs.values()].count(GraphState.RUNNING) == 1
 
     versions = [
         Version("count_per_key", 10_000, count_and_total),
@@ -65,7 +71,7 @@ def test_three_consecutive_swaps_under_load_keep_every_invariant(
         Version("average_per_key", 10_000, mean_and_n),
         Version("total_per_key_20s", 20_000, count_and_total),
     ]
-    assert [str(s["to_query"]) for s in swaps] == [v.query_id for v in versions[1:]]
+    assert [s.to_query for s in swaps] == [v.query_id for v in versions[1:]]
     assert_invariants(read_results(settings), truth.on_time, versions, cuts, truth.closed_until)
 
 
@@ -141,14 +147,14 @@ def test_a_swap_from_10s_to_30s_windows_cuts_on_a_30s_boundary(
     spec = GeneratorSpec(rate=300, keys=3, seed=4, disorder_ms=500, time_scale=10, start_ts=T0)
     with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as load:
         wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
-        before = max(int(p["window_end"]) for p in client.status()["service"]["partitions"].values())
+        before = max(p.window_end or 0 for p in client.status().service.partitions.values())
         swap = swap_and_wait(client, MAX_30S)
-        cut = int(str(swap["cut_window_end"]))
+        cut = cut_of(swap)
         wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 60_000, 120, "30 s windows")
         load.stop()
         truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
 
-    assert truth.cut(client.journal.get(str(swap["id"]))) == cut
+    assert truth.cut(client.journal.get(swap.id)) == cut
     assert cut % 30_000 == 0
     assert cut >= before
     results = read_results(settings)
@@ -168,17 +174,17 @@ def test_late_events_after_a_cut_go_to_the_late_topic_and_are_counted(
     with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec):
         wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
         swap = swap_and_wait(client, MAX_30S)
-        cut = int(str(swap["cut_window_end"]))
+        cut = cut_of(swap)
         results_before = {r.key: r.row for r in read_results(settings)}
         # Twenty events for windows the old query already answered, long after the cut.
         late_spec = GeneratorSpec(rate=1000, keys=2, seed=99, count=20, start_ts=cut - 25_000)
         produce(settings, late_spec, settings.source_topic)
-        wait_until(lambda: client.status()["late_records"] >= 20, 60, "late records to be counted")
-        assert client.status()["late_records"] == 20
+        wait_until(lambda: client.status().late_records >= 20, 60, "late records to be counted")
+        assert client.status().late_records == 20
     late = read_topic(settings, settings.names.late_topic)
     assert len(late) == 20
     assert all(int(json.loads(r.value)["ts"]) < cut for r in late)
     # The old version's answers are untouched: nothing re-opened a window at or before W.
     after = {r.key: r.row for r in read_results(settings) if r.window_end <= cut}
     assert after == {k: v for k, v in results_before.items() if v["window_end"] <= cut}
-    assert SwapPhase.COMPLETED.value == swap["state"]
+    assert swap.state is SwapPhase.COMPLETED

@@ -19,7 +19,8 @@ from contract.settings import Settings
 from contract.windows import marker_event_time
 from execution_graph.errors import QueryRejected
 from execution_graph.graph import events_stream
-from execution_graph.user_query import apply_query, load_query_source
+from execution_graph.source import load_query_source
+from execution_graph.user_query import apply_query
 from execution_graph.validation import QueryShape, validate_query
 from executor.control.topics import Topics
 from tests.integration.conftest import JARS, Services

@@ -13,6 +13,7 @@ from contract.journal import Journal, SwapPhase, SwapRecord
 from contract.models import CurrentQuery, GraphRecord, GraphState, NodePosition, QueryKind, QuerySource, ServiceState
 from contract.names import Keys
 from contract.settings import Settings
+from contract.status import OwnerStatus
 from execution_graph.validation import QueryShape
 from executor.control.swap import SwapProtocol
 from executor.control.transient import TransientErrorsPersisted, retry_transient
@@ -235,9 +236,9 @@ def test_a_completed_swap_is_rolled_back_by_a_swap_back_and_ends_rolled_back(wor
     assert graphs.current_id == "a-2"  # the previous query's text, as a new graph
     assert graphs.get("a-2").source == graphs.get("a").source
     assert window_owners(journal.all(), "a-2") == [
-        {"query_id": "a", "after": None, "through": 30_000},
-        {"query_id": "b", "after": 30_000, "through": 60_000, "swap_id": forward},
-        {"query_id": "a-2", "after": 60_000, "through": None, "swap_id": "back"},
+        OwnerStatus(query_id="a", after=None, through=30_000),
+        OwnerStatus(query_id="b", after=30_000, through=60_000, swap_id=forward),
+        OwnerStatus(query_id="a-2", after=60_000, through=None, swap_id="back"),
     ]
 
 

@@ -1,0 +1,30 @@
+"""Reading a user query's file into a QuerySource.
+
+Kept apart from user_query (which applies queries with Spark) so that `hotswap submit` and the
+other operator commands read a query file without importing pyspark.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from contract.models import QueryKind, QuerySource
+from execution_graph.errors import QueryRejected
+
+
+def load_query_source(path: Path, name: str | None = None) -> QuerySource:
+    if not path.exists():
+        raise QueryRejected(f"query file {path} does not exist")
+    if not path.is_file():
+        raise QueryRejected(f"query path {path} is not a file")
+    suffix = path.suffix.lower()
+    if suffix == ".sql":
+        kind = QueryKind.SQL
+    elif suffix == ".py":
+        kind = QueryKind.PYTHON
+    else:
+        raise QueryRejected(f"query file {path} must end in .sql or .py")
+    text = path.read_text(encoding="utf-8")
+    if not text.strip():
+        raise QueryRejected(f"query file {path} is empty")
+    return QuerySource(name=name or path.stem, kind=kind, text=text, path=str(path))

@@ -1,0 +1,71 @@
+"""Logging: hotswap's structlog events and the standard library's records of the libraries below it
+come out in one format, with the bound context."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import structlog
+
+from executor.logs import configure_logging
+
+
+@pytest.fixture
+def stream() -> Iterator[io.StringIO]:
+    """Where the configured handler writes; the logging set-up is restored afterwards."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    kafka_level = logging.getLogger("kafka").level
+    yield io.StringIO()
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    logging.getLogger("kafka").setLevel(kafka_level)
+    structlog.contextvars.clear_contextvars()
+    structlog.reset_defaults()
+
+
+def json_lines(stream: io.StringIO) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_library_and_hotswap_lines_are_json_with_level_logger_time_and_context(stream: io.StringIO) -> None:
+    configure_logging("json", "info", stream=stream)
+    structlog.contextvars.bind_contextvars(namespace="blue")
+    logging.getLogger("kafka.conn").warning("broker %s is unreachable", "b1:9092")
+    structlog.get_logger("executor.control.swap").bind(swap_id="s-1").info("swap cut", query_id="max")
+
+    library, own = json_lines(stream)
+    assert library["event"] == "broker b1:9092 is unreachable"
+    assert (library["level"], library["logger"], library["namespace"]) == ("warning", "kafka.conn", "blue")
+    assert own["event"] == "swap cut"
+    assert (own["level"], own["logger"]) == ("info", "executor.control.swap")
+    assert (own["swap_id"], own["query_id"], own["namespace"]) == ("s-1", "max", "blue")
+    for line in (library, own):
+        assert line["timestamp"].endswith("Z")
+
+
+def test_chatty_libraries_stay_at_warning_unless_debug(stream: io.StringIO) -> None:
+    configure_logging("json", "info", stream=stream)
+    logging.getLogger("kafka.conn").info("connecting to b1:9092")
+    logging.getLogger("py4j.clientserver").info("closing down clientserver connection")
+    assert stream.getvalue() == ""
+
+    configure_logging("json", "debug", stream=stream)
+    logging.getLogger("kafka.conn").debug("sending request")
+    assert [line["event"] for line in json_lines(stream)] == ["sending request"]
+
+
+def test_configuring_again_replaces_the_handler(stream: io.StringIO) -> None:
+    configure_logging("json", "info", stream=io.StringIO())
+    configure_logging("console", "info", stream=stream)
+    logging.getLogger("urllib3.connectionpool").warning("retrying")
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1
+    assert "retrying" in lines[0]
+    assert "[urllib3.connectionpool]" in lines[0]
+    assert not lines[0].startswith("{")
