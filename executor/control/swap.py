@@ -59,8 +59,11 @@ class SwapProtocol:
         self._waiting_logged: set[tuple[str, SwapPhase]] = set()
 
     def step(self) -> None:
-        swaps = self._journal.all()
-        for swap in swaps:
+        for swap_id in [s.id for s in self._journal.all() if s.state is SwapPhase.SUBMITTED]:
+            # Read again after each validation: a swap is checked against the one queued just
+            # before it, which may have been validated (given its window size) a moment ago.
+            swaps = self._journal.all()
+            swap = next(s for s in swaps if s.id == swap_id)
             if swap.state is SwapPhase.SUBMITTED:
                 self._validate(swap, swaps)
         swaps = self._journal.all()

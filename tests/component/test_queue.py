@@ -86,7 +86,7 @@ def test_a_queued_swap_that_cannot_be_cut_against_its_real_predecessor_fails_and
     b = world.submit("b", 143_000)  # 11 s -> 143 s: a common boundary every 143 s
     world.protocol.step()
     c = world.submit("c", 13_000)  # validated against b (143 s), the query queued before it
-    d = world.submit("d", 22_000)
+    d = world.submit("d", 143_000)  # cuttable after c (13 s) and after a (11 s)
     world.protocol.step()
     assert [world.state(s) for s in (b, c, d)] == [SwapPhase.DEPLOYED, SwapPhase.VALIDATED, SwapPhase.VALIDATED]
 
@@ -101,3 +101,15 @@ def test_a_queued_swap_that_cannot_be_cut_against_its_real_predecessor_fails_and
     world.protocol.step()
     assert world.state(d) is SwapPhase.DEPLOYED
     assert world.journal.get(d).from_query == "a"
+
+
+def test_swaps_submitted_in_the_same_step_are_each_checked_against_the_one_queued_before_it(
+    settings: Settings,
+) -> None:
+    world = World(settings)
+    world.serve("a", 11_000)
+    b = world.submit("b", 143_000)  # 11 s -> 143 s
+    c = world.submit("c", 13_000)  # 143 s -> 13 s is cuttable; 11 s -> 13 s would not be
+    world.protocol.step()
+    assert world.state(b) is SwapPhase.DEPLOYED
+    assert world.state(c) is SwapPhase.VALIDATED, world.journal.get(c).error
