@@ -1,1 +1,2 @@
-"""The control plane: CLI, embedded stack, the executor's state machine and the swap protocol."""
+"""The executor process: its control plane (control/), the operator surface (operator/) and the
+embedded development stack (stack/). docs/architecture.md walks through them."""

@@ -28,6 +28,16 @@ _DEFAULT_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.streaming.stateStore.maintenanceInterval": "30s",
     "spark.sql.streaming.minBatchesToRetain": "20",
+    # The driver's status store keeps every job, stage and SQL execution up to these limits even
+    # with the UI off. A permanent streaming driver runs a few executions a second, so the
+    # defaults (1,000 of each, with their plans) fill a small heap for nothing.
+    "spark.ui.retainedJobs": "50",
+    "spark.ui.retainedStages": "50",
+    "spark.ui.retainedTasks": "2000",
+    "spark.ui.retainedDeadExecutors": "10",
+    "spark.sql.ui.retainedExecutions": "20",
+    "spark.sql.streaming.ui.retainedQueries": "20",
+    "spark.sql.streaming.ui.retainedProgressUpdates": "20",
     # hotswap needs neither pandas nor pyarrow; plain Python UDFs (in user .py queries) stay plain.
     "spark.sql.execution.pythonUDF.arrow.enabled": "false",
     "spark.driver.bindAddress": "127.0.0.1",

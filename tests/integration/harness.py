@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import redis
 from pyspark.sql import SparkSession
@@ -71,8 +72,25 @@ def executor_running(settings: Settings, spark: SparkSession, query: Path) -> It
     running = RunningExecutor(settings, spark, query).start()
     try:
         yield running
+    except BaseException:
+        print_spark_state(spark)  # before stop() ends the queries: what was each one doing?
+        raise
     finally:
         running.stop()
+
+
+def print_spark_state(spark: SparkSession) -> None:
+    """Each active query's status and last progress, and the driver's heap, for a failed test's log."""
+    runtime = spark.sparkContext._jvm.java.lang.Runtime.getRuntime()  # type: ignore[union-attr]
+    used_mb = (runtime.totalMemory() - runtime.freeMemory()) // 2**20
+    print(f"driver heap: {used_mb} MiB used of {runtime.maxMemory() // 2**20} MiB")
+    for query in spark.streams.active:
+        progress: dict[str, Any] = dict(query.lastProgress or {})
+        print(
+            f"query {query.name}: status={query.status} batch={progress.get('batchId')} "
+            f"rows={progress.get('numInputRows')} at={progress.get('timestamp')} "
+            f"eventTime={progress.get('eventTime')} exception={query.exception()}"
+        )
 
 
 class Load:
