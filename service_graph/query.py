@@ -15,14 +15,12 @@ advances once every partition is idle, and the markers follow, without waiting f
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterable
 
 import redis
 import structlog
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 from redis.client import Pipeline
@@ -35,11 +33,12 @@ from contract.models import GraphRecord, RoutingPlan, ServiceState, now_ms
 from contract.names import Keys
 from contract.records import read_current, read_graphs, read_service_state
 from contract.settings import Settings
-from contract.windows import MAX_EVENT_TIME_MS, format_duration_ms, marker_event_time, reached_cut
+from contract.windows import reached_cut
 from service_graph.errors import NoTargetGraph, ServiceGraphError
+from service_graph.frames import collect_stats, median_event_time, parse, route
+from service_graph.kafka_io import MarkerWriter, SourceOffsets
 from service_graph.routing import (
     IdleClock,
-    Marker,
     PartitionBatchStats,
     active_swap,
     advance_state,
@@ -53,42 +52,8 @@ from service_graph.routing import (
 
 log = structlog.get_logger(__name__)
 
-SOURCE_SCHEMA = "key STRING, value DOUBLE, ts BIGINT"
-MARKER_KEY = b"__hotswap_marker__"
 PLANS_KEPT = 50  # older write-ahead plans are deleted; Spark never replays more than the last batch
 TICK_ADVANCE_EVERY_S = 1.0  # an idle watermark moves markers at most this often
-
-
-def _sql_str(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-class SourceOffsets:
-    """Kafka's view of the source topic: what is waiting (end offsets) and what is left (log start)."""
-
-    def __init__(self, settings: Settings) -> None:
-        self._settings = settings
-        self._consumer: KafkaConsumer | None = None
-
-    def _parts(self) -> tuple[KafkaConsumer, list[TopicPartition]]:
-        if self._consumer is None:
-            self._consumer = KafkaConsumer(**self._settings.kafka_python_config(), enable_auto_commit=False)
-        topic = self._settings.source_topic
-        parts = [TopicPartition(topic, p) for p in sorted(self._consumer.partitions_for_topic(topic) or [])]
-        return self._consumer, parts
-
-    def end(self) -> dict[str, int]:
-        consumer, parts = self._parts()
-        return {str(tp.partition): int(o) for tp, o in consumer.end_offsets(parts).items()}
-
-    def log_start(self) -> dict[str, int]:
-        consumer, parts = self._parts()
-        return {str(tp.partition): int(o) for tp, o in consumer.beginning_offsets(parts).items()}
-
-    def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
 
 
 class ServiceGraph:
@@ -103,11 +68,10 @@ class ServiceGraph:
         self._keys = Keys(settings.namespace)
         self._fence = fence  # every routing decision and state write needs the executor's lease
         self._journal = Journal(client, self._keys, fence)
-        self._producer: KafkaProducer | None = None
+        self._markers = MarkerWriter(settings)
         self._source = SourceOffsets(settings)
         self._lock = threading.Lock()
         self._idle = IdleClock(settings.idle_timeout_ms, time.monotonic())
-        self._marked: dict[str, int] = {}  # topic -> watermark of the last marker written there
         self._last_advance = 0.0
         self.query: StreamingQuery | None = None
         self._restarts = RestartBudget(settings.query_restarts, settings.query_restart_backoff_s)
@@ -158,9 +122,7 @@ class ServiceGraph:
     def stop(self) -> None:
         if self.query is not None and self.query.isActive:
             stop_between_batches(self.query)
-        if self._producer is not None:
-            self._producer.close(timeout=5)
-            self._producer = None
+        self._markers.close()
         self._source.close()
 
     # -- one micro-batch -------------------------------------------------------------------
@@ -170,11 +132,11 @@ class ServiceGraph:
                 # A stalled executor that lost its lease, or a flushed Redis, must not route a row.
                 self._fence.verify(self._redis)
             state = self._load_state()
-            parsed = self._parse(batch).persist()
+            parsed = parse(batch).persist()
             try:
                 plan = self._plan(batch_id, state, parsed)
-                routed = self._route(parsed, plan)
-                stats = self._collect_stats(routed)
+                routed = route(parsed, plan, self._settings)
+                stats = collect_stats(routed)
                 (
                     routed.select("topic", "key", "value", "headers")
                     .write.format("kafka")
@@ -200,7 +162,7 @@ class ServiceGraph:
         swap = active_swap(swaps)
         if swap is not None and self._cut_due(swap) and self._take_cut(swap, state, batch_id):
             swaps = self._journal.all()
-        median = self._median_event_time(parsed) if state.watermark is None else None
+        median = median_event_time(parsed) if state.watermark is None else None
         ahead_after = time_jump_limit(state.watermark, median, self._settings.max_time_jump_ms)
         plan = self._next_plan(batch_id, state, swaps, ahead_after)
 
@@ -242,121 +204,6 @@ class ServiceGraph:
                 max_window_end=state.max_window_end,
             )
         return cut
-
-    @staticmethod
-    def _parse(batch: DataFrame) -> DataFrame:
-        """The source rows with their parsed event `e` and, for malformed ones, the `reason`."""
-        parsed = batch.selectExpr(
-            "partition",
-            "offset",
-            "key AS raw_key",
-            "value AS raw_value",
-            f"from_json(CAST(value AS STRING), '{SOURCE_SCHEMA}') AS e",
-            "try_parse_json(CAST(value AS STRING)) AS j",
-        )
-        return parsed.selectExpr(
-            "partition",
-            "offset",
-            "raw_key",
-            "raw_value",
-            "e",
-            f"""CASE
-                  WHEN raw_value IS NULL THEN 'empty record'
-                  WHEN j IS NULL THEN 'not valid JSON'
-                  WHEN e.key IS NULL THEN 'missing or non-string field key'
-                  WHEN e.value IS NULL THEN 'missing or non-numeric field value'
-                  WHEN e.ts IS NULL THEN 'missing or non-integer field ts'
-                  WHEN e.ts < 0 OR e.ts > {MAX_EVENT_TIME_MS} THEN 'field ts out of range'
-                END AS reason""",
-        )
-
-    @staticmethod
-    def _median_event_time(parsed: DataFrame) -> int | None:
-        row = parsed.where("reason IS NULL").selectExpr("percentile_approx(e.ts, 0.5) AS median").first()
-        return None if row is None or row["median"] is None else int(row["median"])
-
-    def _route(self, parsed: DataFrame, plan: RoutingPlan) -> DataFrame:
-        """Adds `topic`, `key`, `value`, `headers` for the Kafka sink, plus `route` for stats."""
-        settings = self._settings
-        size = settings.window_ms
-        late = "false" if plan.late_before is None else f"e.ts < {plan.late_before}"
-        ahead = "false" if plan.ahead_after is None else f"e.ts > {plan.ahead_after}"
-        jump = _sql_str(f"event time more than {format_duration_ms(settings.max_time_jump_ms)} ahead of the watermark")
-        old = "false" if plan.cut is None else f"e.ts < {plan.cut.boundary}"
-        old_topic = _sql_str(plan.cut.old_topic) if plan.cut is not None else "NULL"
-        reasoned = parsed.selectExpr(
-            "partition",
-            "offset",
-            "raw_key",
-            "raw_value",
-            "e",
-            f"CASE WHEN reason IS NULL AND {ahead} THEN {jump} ELSE reason END AS reason",
-        )
-        routed = reasoned.selectExpr(
-            "*",
-            f"""CASE
-                  WHEN reason IS NOT NULL THEN 'dead_letter'
-                  WHEN {late} THEN 'late'
-                  WHEN {old} THEN 'old'
-                  ELSE 'target'
-                END AS route""",
-            f"CASE WHEN reason IS NULL THEN (e.ts DIV {size}) * {size} + {size} END AS window_end",
-        )
-        return routed.selectExpr(
-            "route",
-            "partition",
-            "offset",
-            "e.ts AS ts",
-            "window_end",
-            f"""CASE route
-                  WHEN 'dead_letter' THEN {_sql_str(settings.names.dead_letter_topic)}
-                  WHEN 'late' THEN {_sql_str(settings.names.late_topic)}
-                  WHEN 'old' THEN {old_topic}
-                  ELSE {_sql_str(plan.target_topic)}
-                END AS topic""",
-            "raw_key AS key",
-            """CASE WHEN route = 'dead_letter' THEN raw_value
-                  ELSE CAST(to_json(named_struct(
-                      'kind', 'data', 'key', e.key, 'value', e.value, 'ts', e.ts,
-                      'partition', partition, 'offset', offset, 'window_end', window_end)) AS BINARY)
-                END AS value""",
-            """CASE WHEN route = 'dead_letter' THEN array(
-                      named_struct('key', 'hotswap.reason', 'value', CAST(reason AS BINARY)),
-                      named_struct('key', 'hotswap.source',
-                                   'value', CAST(concat_ws('/', CAST(partition AS STRING),
-                                                           CAST(offset AS STRING)) AS BINARY)))
-                  ELSE CAST(array() AS ARRAY<STRUCT<key: STRING, value: BINARY>>)
-                END AS headers""",
-        )
-
-    @staticmethod
-    def _collect_stats(routed: DataFrame) -> list[PartitionBatchStats]:
-        rows = (
-            routed.selectExpr(
-                "partition",
-                "offset",
-                "CASE WHEN route IN ('old', 'target') THEN ts END AS routed_ts",
-                "CASE WHEN route IN ('old', 'target') THEN window_end END AS routed_window_end",
-                "CASE WHEN route = 'late' THEN 1 ELSE 0 END AS is_late",
-                "CASE WHEN route = 'dead_letter' THEN 1 ELSE 0 END AS is_dead",
-            )
-            .groupBy("partition")
-            .agg({"offset": "max", "routed_ts": "max", "routed_window_end": "max", "is_late": "sum", "is_dead": "sum"})
-            .join(routed.groupBy("partition").agg({"offset": "min"}), "partition")
-            .collect()
-        )
-        return [
-            PartitionBatchStats(
-                partition=int(row["partition"]),
-                max_offset=int(row["max(offset)"]),
-                max_event_time=row["max(routed_ts)"],
-                max_window_end=row["max(routed_window_end)"],
-                late=int(row["sum(is_late)"] or 0),
-                dead_letter=int(row["sum(is_dead)"] or 0),
-                min_offset=int(row["min(offset)"]),
-            )
-            for row in rows
-        ]
 
     # -- watermark -------------------------------------------------------------------------
     def _advance(
@@ -467,7 +314,7 @@ class ServiceGraph:
         draining = plan.cut is not None and reached_cut(state.watermark, plan.cut.boundary)
         swap = self._record_draining(plan) if draining else None
         markers = graph_markers(plan, state.watermark)
-        self._write_markers([m for m in markers if self._marked.get(m.topic) != m.watermark])
+        self._markers.write(markers)
         # A swap that failed after its cut still gets its markers: the old graph must finish.
         needs_note = swap is not None and (swap.state is SwapPhase.DRAINING or swap.failed_after_cut)
         if swap is not None and needs_note and not swap.markers_written:
@@ -484,17 +331,3 @@ class ServiceGraph:
                 return advanced
             return self._journal.get(plan.cut.swap_id)
         return swap
-
-    def _write_markers(self, markers: list[Marker]) -> None:
-        if not markers:
-            return
-        if self._producer is None:
-            self._producer = KafkaProducer(**self._settings.kafka_python_config(), acks="all")
-        for marker in markers:
-            payload = json.dumps({"kind": "marker", "ts": marker_event_time(marker.watermark)}).encode()
-            for partition in sorted(self._producer.partitions_for(marker.topic) or {0}):
-                self._producer.send(marker.topic, key=MARKER_KEY, value=payload, partition=partition)
-        self._producer.flush(timeout=30)
-        for marker in markers:
-            self._marked[marker.topic] = marker.watermark
-        log.debug("watermark markers written", markers=[(m.query_id, m.watermark) for m in markers])

@@ -2,27 +2,22 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
-import sys
 import threading
-from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any
 
-import redis
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from contract.errors import HotswapError
 from contract.settings import Settings, load_settings
 from executor.logs import configure_logging
+from executor.operator.failures import operator_errors
+from executor.operator.render import console, iso, render_status
+from executor.operator.stack_cli import stack_app
 
 if TYPE_CHECKING:
-    from contract.status import Status
+    pass
 
 app = typer.Typer(
     help="Replace a running Spark Structured Streaming query live.",
@@ -30,37 +25,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-stack_app = typer.Typer(help="The embedded Kafka broker and Redis server.", no_args_is_help=True)
 app.add_typer(stack_app, name="stack")
-
-P = ParamSpec("P")
-R = TypeVar("R")
-console = Console()
-
-
-def operator_errors(command: Callable[P, R]) -> Callable[P, R]:
-    """Prints expected failures as one line on stderr and exits 1, instead of a traceback."""
-
-    @functools.wraps(command)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return command(*args, **kwargs)
-        except HotswapError as exc:
-            typer.echo(f"hotswap: {exc}", err=True)
-            raise typer.Exit(1) from exc
-        except redis.RedisError as exc:
-            typer.echo(f"hotswap: cannot reach Redis ({exc}); is the stack up (`hotswap stack up`)?", err=True)
-            raise typer.Exit(1) from exc
-        except Exception as exc:
-            # kafka-python is imported only by the commands that talk to Kafka (importing it is a
-            # good part of a light command's run time), and a KafkaError can only come from them.
-            kafka_errors = sys.modules.get("kafka.errors")
-            if kafka_errors is None or not isinstance(exc, kafka_errors.KafkaError):
-                raise
-            typer.echo(f"hotswap: Kafka error ({exc}); is the stack up (`hotswap stack up`)?", err=True)
-            raise typer.Exit(1) from exc
-
-    return wrapper
 
 
 class Globals:
@@ -91,61 +56,6 @@ def main_options(
     if config is not None:
         os.environ["HOTSWAP_CONFIG_FILE"] = str(config)
     ctx.obj = Globals(namespace, log_format, log_level)
-
-
-# -- stack --------------------------------------------------------------------------------------
-def _print_stack(settings: Settings, statuses: list[Any]) -> None:
-    external = {"kafka": settings.kafka_bootstrap is not None, "redis": settings.redis_url is not None}
-    table = Table("service", "address", "pid", "run by", "healthy")
-    for s in statuses:
-        run_by = "this stack" if s.managed else ("external" if external.get(s.name) else "-")
-        table.add_row(s.name, s.address, str(s.pid or "-"), run_by, "yes" if s.healthy else "NO")
-    console.print(table)
-
-
-@stack_app.command("up")
-@operator_errors
-def stack_up(ctx: typer.Context) -> None:
-    """Start Kafka (KRaft) and Redis under .hotswap/, unless they are configured as external."""
-    from executor.stack import EmbeddedStack
-
-    settings = ctx.obj.settings()
-    _print_stack(settings, EmbeddedStack(settings).up())
-
-
-@stack_app.command("fetch")
-@operator_errors
-def stack_fetch(ctx: typer.Context) -> None:
-    """Fetch the embedded broker's and Spark's Kafka connector jars with Maven (once; later calls are instant).
-
-    `run` uses the connector's jars when they are there, so a copy of the jars directory (HOTSWAP_JARS_DIR)
-    lets an offline machine run; without them Spark downloads the connector itself."""
-    from executor.stack import EmbeddedStack
-
-    stack = EmbeddedStack(ctx.obj.settings())
-    typer.echo(f"kafka broker jars: {stack.kafka_jars()}")
-    connector = stack.spark_connector_jars()
-    typer.echo(f"spark connector jars: {len(connector)} in {connector[0].parent}")
-
-
-@stack_app.command("down")
-@operator_errors
-def stack_down(ctx: typer.Context) -> None:
-    """Stop the processes `stack up` started (and nothing else)."""
-    from executor.stack import EmbeddedStack
-
-    stopped = EmbeddedStack(ctx.obj.settings()).down()
-    typer.echo(f"stopped: {', '.join(stopped)}" if stopped else "nothing to stop")
-
-
-@stack_app.command("status")
-@operator_errors
-def stack_status(ctx: typer.Context) -> None:
-    """Addresses, pids and health of Kafka and Redis."""
-    from executor.stack import EmbeddedStack
-
-    settings = ctx.obj.settings()
-    _print_stack(settings, EmbeddedStack(settings).status())
 
 
 # -- run ----------------------------------------------------------------------------------------
@@ -246,7 +156,7 @@ def submit(
     typer.echo(swap.id)
     if wait:
         done = client.wait_until_done(swap.id, timeout)
-        typer.echo(f"completed: {done.from_query} -> {done.to_query}, cut at {_iso(done.cut_window_end)}", err=True)
+        typer.echo(f"completed: {done.from_query} -> {done.to_query}, cut at {iso(done.cut_window_end)}", err=True)
 
 
 @app.command()
@@ -284,7 +194,7 @@ def rollback(
     typer.echo(f"{record.id}: swap back to {record.to_query}, queued; windows up to its cut keep {swap_id}'s results")
     if wait:
         done = client.wait_until_done(record.id, timeout)
-        typer.echo(f"{done.id} completed: {record.to_query} answers windows ending after {_iso(done.cut_window_end)}")
+        typer.echo(f"{done.id} completed: {record.to_query} answers windows ending after {iso(done.cut_window_end)}")
 
 
 @app.command()
@@ -302,56 +212,6 @@ def status(
         typer.echo(doc.model_dump_json(indent=2))
         return
     render_status(doc)
-
-
-def _iso(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-
-
-def render_status(doc: Status) -> None:
-    current = doc.current
-    console.print(
-        f"[bold]namespace[/] {doc.namespace}   [bold]executor[/] {doc.executor.phase} "
-        f"({doc.executor.holder or 'no lease'})   "
-        f"[bold]current[/] {current.query_id if current else '-'}",
-        soft_wrap=True,
-    )
-    if doc.executor.holder is None and current is None and not doc.swaps:
-        console.print(
-            f"namespace {doc.namespace!r} has no executor and no swaps: start one with `hotswap run --query FILE`, "
-            "or name the namespace yours runs in with --namespace",
-            soft_wrap=True,
-        )
-        return
-    service = doc.service
-    table = Table("partition", "window end", "event time", "offset", "idle", title="service graph")
-    for p, node in service.partitions.items():
-        table.add_row(p, _iso(node.window_end), _iso(node.event_time), str(node.offset), "yes" if node.idle else "")
-    console.print(table)
-    console.print(
-        f"watermark {_iso(service.watermark)}   late records {doc.late_records}   "
-        f"dead-letter records {doc.dead_letter_records}   expired records {doc.expired_records}"
-    )
-    swaps = Table("swap", "from", "to", "state", "cut (W)", "phases", "waiting for / error", title="swaps")
-    for s in doc.swaps:
-        swaps.add_row(
-            s.id,
-            s.from_query or "-",
-            s.to_query,
-            s.state,
-            _iso(s.cut_window_end),
-            " > ".join(p.name for p in s.phases),
-            s.error or s.waiting_for or s.note or "",
-        )
-    console.print(swaps)
-    owners = " | ".join(
-        f"{o.query_id} {_iso(o.after) if o.after else '…'} .. {_iso(o.through) if o.through else '…'}"
-        for o in doc.owners
-    )
-    if owners:
-        console.print(f"[bold]windows by version[/] (window end after .. through) {owners}", soft_wrap=True)
 
 
 # -- generate / demo ----------------------------------------------------------------------------
@@ -391,10 +251,10 @@ def generate(
     signal.signal(signal.SIGINT, lambda *_: stop.set())
 
     def show(report: GeneratorReport) -> None:
-        typer.echo(f"sent {report.sent} events in {report.elapsed_s:.0f}s, event time {_iso(report.last_ts)}", err=True)
+        typer.echo(f"sent {report.sent} events in {report.elapsed_s:.0f}s, event time {iso(report.last_ts)}", err=True)
 
     report = produce(settings, spec, topic or settings.source_topic, stop, show)
-    typer.echo(f"sent {report.sent} events ({_iso(report.first_ts)} .. {_iso(report.last_ts)})")
+    typer.echo(f"sent {report.sent} events ({iso(report.first_ts)} .. {iso(report.last_ts)})")
 
 
 @app.command()

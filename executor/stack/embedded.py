@@ -6,7 +6,6 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 import structlog
 
@@ -16,6 +15,7 @@ from executor.stack import jars
 from executor.stack.kafka import KafkaBroker
 from executor.stack.process import Proc, ProcessState, failure_hint, is_ours, listens, port_open, terminate
 from executor.stack.redis import RedisServer
+from executor.stack.service import Service
 
 log = structlog.get_logger(__name__)
 
@@ -35,24 +35,6 @@ class ServiceStatus:
     healthy: bool
 
 
-class _Service(Protocol):
-    """What the stack needs of each service, embedded or external (KafkaBroker, RedisServer)."""
-
-    name: str
-    title: str
-    env: str  # the setting that makes it external
-    stop_grace_s: float
-
-    @property
-    def external(self) -> bool: ...
-    @property
-    def port(self) -> int: ...
-    @property
-    def ports(self) -> tuple[int, ...]: ...
-    def address(self) -> str: ...
-    def answers(self) -> bool: ...
-
-
 class EmbeddedStack:
     """Fetches, starts, checks and stops the embedded Kafka broker and Redis server."""
 
@@ -61,7 +43,7 @@ class EmbeddedStack:
         self.home = settings.home.expanduser().resolve()
         self.kafka = KafkaBroker(settings, self.home)
         self.redis = RedisServer(settings, self.home)
-        self.services: tuple[_Service, ...] = (self.kafka, self.redis)
+        self.services: tuple[Service, ...] = (self.kafka, self.redis)
         self.state = ProcessState(self.home)
 
     # ------------------------------------------------------------------ jars
@@ -143,11 +125,11 @@ class EmbeddedStack:
 
     # ------------------------------------------------------------------ helpers
 
-    def _ours(self, state: dict[str, Proc], service: _Service) -> Proc | None:
+    def _ours(self, state: dict[str, Proc], service: Service) -> Proc | None:
         """The process we started for `service`, unless settings now name an external one."""
         return None if service.external else state.get(service.name)
 
-    def _status(self, service: _Service, state: dict[str, Proc], healthy: bool) -> ServiceStatus:
+    def _status(self, service: Service, state: dict[str, Proc], healthy: bool) -> ServiceStatus:
         proc = self._ours(state, service)
         pid = proc.pid if proc is not None else None
         return ServiceStatus(service.name, service.address(), proc is not None, pid, healthy)
@@ -183,7 +165,7 @@ class EmbeddedStack:
                 raise StackError(self._not_up_message(list(waiting.values()), state, foreign, timeout_s))
             time.sleep(POLL_S)
 
-    def _taken_meanwhile(self, service: _Service, deadline: float) -> bool:
+    def _taken_meanwhile(self, service: Service, deadline: float) -> bool:
         """After one of ours died: did another stack (say, of another checkout started at the same
         time) take its ports? If they are in use, give that one a little while to answer."""
         if not any(port_open(port) for port in service.ports):
@@ -196,7 +178,7 @@ class EmbeddedStack:
         return True
 
     def _not_up_message(
-        self, services: list[_Service], state: dict[str, Proc], foreign: set[str], timeout_s: float
+        self, services: list[Service], state: dict[str, Proc], foreign: set[str], timeout_s: float
     ) -> str:
         parts: list[str] = []
         for service in services:

@@ -17,6 +17,7 @@ from contract.settings import Settings
 from executor.errors import StackError
 from executor.stack.jars import KAFKA_POM_DIR
 from executor.stack.process import LOCALHOST, Proc, last_line, port_open, rotate, spawn
+from executor.stack.service import Service
 
 log = structlog.get_logger(__name__)
 
@@ -24,7 +25,7 @@ KAFKA_LOG4J_CONFIG = KAFKA_POM_DIR / "log4j2.yaml"
 FORMAT_TIMEOUT_S = 120.0
 
 
-class KafkaBroker:
+class KafkaBroker(Service):
     """The embedded broker, or the external brokers that settings name (then only `answers` is used)."""
 
     name = "kafka"
@@ -33,21 +34,12 @@ class KafkaBroker:
     stop_grace_s = 30.0  # a broker flushes and closes its logs on SIGTERM
 
     def __init__(self, settings: Settings, home: Path) -> None:
-        self.settings = settings
-        self.dir = home / "kafka"
-
-    @property
-    def external(self) -> bool:
-        return self.settings.kafka_bootstrap is not None
-
-    @property
-    def port(self) -> int:
-        return self.settings.kafka_port
-
-    @property
-    def ports(self) -> tuple[int, ...]:
-        """Every port the embedded broker binds."""
-        return (self.settings.kafka_port, self.settings.kafka_controller_port)
+        super().__init__(
+            settings,
+            home,
+            external=settings.kafka_bootstrap is not None,
+            ports=(settings.kafka_port, settings.kafka_controller_port),
+        )
 
     def address(self) -> str:
         return self.settings.kafka_bootstrap or f"{LOCALHOST}:{self.port}"

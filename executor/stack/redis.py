@@ -9,11 +9,12 @@ import structlog
 
 from contract.settings import Settings
 from executor.stack.process import LOCALHOST, Proc, port_open, rotate, spawn
+from executor.stack.service import Service
 
 log = structlog.get_logger(__name__)
 
 
-class RedisServer:
+class RedisServer(Service):
     """The embedded Redis, or the external one that settings name (then only `answers` is used)."""
 
     name = "redis"
@@ -22,21 +23,7 @@ class RedisServer:
     stop_grace_s = 10.0
 
     def __init__(self, settings: Settings, home: Path) -> None:
-        self.settings = settings
-        self.dir = home / "redis"
-
-    @property
-    def external(self) -> bool:
-        return self.settings.redis_url is not None
-
-    @property
-    def port(self) -> int:
-        return self.settings.redis_port
-
-    @property
-    def ports(self) -> tuple[int, ...]:
-        """Every port the embedded server binds."""
-        return (self.port,)
+        super().__init__(settings, home, external=settings.redis_url is not None, ports=(settings.redis_port,))
 
     def address(self) -> str:
         """Where Redis is, with any password masked: this is printed and logged."""

@@ -54,8 +54,8 @@ def services() -> Iterator[Services]:
         yield Services(external_kafka, external_redis)
         return
     if not external_kafka and _docker_answers():
-        from testcontainers.kafka import KafkaContainer
-        from testcontainers.redis import RedisContainer
+        from testcontainers.community.kafka import KafkaContainer
+        from testcontainers.community.redis import RedisContainer
 
         with KafkaContainer().with_kraft() as kafka, RedisContainer() as rds:
             host, port = rds.get_container_host_ip(), rds.get_exposed_port(6379)

@@ -1,0 +1,87 @@
+"""Admission: submitted swaps are validated in submission order, each against the query it will
+replace (the target of the swap queued just before it, or the current query), and given a unique
+query id and a graph record. A rejected query changes nothing."""
+
+from __future__ import annotations
+
+import structlog
+
+from contract.errors import HotswapError
+from contract.journal import Journal, SwapPhase, SwapRecord
+from contract.models import GraphRecord, new_spark_query_id
+from contract.settings import Settings
+from execution_graph.user_query import first_line
+from executor.control.graphs import Graphs
+
+log = structlog.get_logger(__name__)
+
+
+class Admission:
+    def __init__(self, settings: Settings, journal: Journal, graphs: Graphs) -> None:
+        self._settings = settings
+        self._journal = journal
+        self._graphs = graphs
+
+    def admit_submitted(self) -> None:
+        for swap_id in [s.id for s in self._journal.all() if s.state is SwapPhase.SUBMITTED]:
+            # Read again after each validation: a swap is checked against the one queued just
+            # before it, which may have been validated (given its window size) a moment ago.
+            swaps = self._journal.all()
+            swap = next(s for s in swaps if s.id == swap_id)
+            if swap.state is SwapPhase.SUBMITTED:
+                self._validate(swap, swaps)
+
+    def _predecessor(self, swap: SwapRecord, swaps: list[SwapRecord]) -> tuple[str | None, int | None]:
+        """The query this swap will replace, and its window size: the target of the last swap
+        queued before it, or the current query."""
+        current = self._graphs.current()
+        query_id = current.query_id if current else None
+        for earlier in swaps:
+            if earlier.id == swap.id:
+                break
+            if earlier.state.is_in_flight:
+                query_id = earlier.to_query
+        record = self._graphs.get(query_id) if query_id else None
+        if record is None and query_id is not None:
+            queued = next((s for s in swaps if s.to_query == query_id and s.new_window_ms), None)
+            return query_id, queued.new_window_ms if queued else None
+        return query_id, record.window_ms if record else None
+
+    def _validate(self, swap: SwapRecord, swaps: list[SwapRecord]) -> None:
+        bound = log.bind(swap_id=swap.id)
+        if swap.source is None:
+            self._journal.advance(swap.id, SwapPhase.REJECTED, error="swap carries no query")
+            return
+        from_query, old_window = self._predecessor(swap, swaps)
+        try:
+            shape = self._graphs.validate(swap.source, old_window)
+        except HotswapError as exc:
+            bound.info("swap rejected", reason=str(exc))
+            self._journal.advance(swap.id, SwapPhase.REJECTED, error=str(exc))
+            return
+        except Exception as exc:  # noqa: BLE001 - validation runs user code; nothing in it may stop the executor
+            reason = f"query {swap.source.name!r} could not be validated: {type(exc).__name__}: {first_line(exc)}"
+            bound.warning("swap rejected", reason=reason)
+            self._journal.advance(swap.id, SwapPhase.REJECTED, error=reason)
+            return
+        taken = {s.to_query for s in swaps if s.id != swap.id and s.state.is_in_flight}
+        query_id = self._graphs.unique_id(swap.to_query, taken)
+        # Not bound to `from_query` yet: that happens when its turn comes (SwapProtocol._activate).
+        updated = self._journal.advance(
+            swap.id,
+            SwapPhase.VALIDATED,
+            when=lambda r: r.state is SwapPhase.SUBMITTED,
+            to_query=query_id,
+            new_window_ms=shape.window_ms,
+        )
+        if updated is not None:
+            record = GraphRecord(
+                query_id=query_id,
+                source=swap.source,
+                window_ms=shape.window_ms,
+                topic=self._settings.names.graph_topic(query_id),
+                group_columns=shape.group_columns,
+                spark_query_id=new_spark_query_id(),
+            )
+            self._graphs.save(record)
+            bound.info("swap validated", to_query=query_id, from_query=from_query, window_ms=shape.window_ms)

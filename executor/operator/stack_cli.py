@@ -1,0 +1,55 @@
+"""`hotswap stack`: the embedded Kafka broker and Redis server for development and tests."""
+
+from __future__ import annotations
+
+import typer
+
+from executor.operator.failures import operator_errors
+from executor.operator.render import print_stack
+
+stack_app = typer.Typer(help="The embedded Kafka broker and Redis server.", no_args_is_help=True)
+
+
+@stack_app.command("up")
+@operator_errors
+def stack_up(ctx: typer.Context) -> None:
+    """Start Kafka (KRaft) and Redis under .hotswap/, unless they are configured as external."""
+    from executor.stack import EmbeddedStack
+
+    settings = ctx.obj.settings()
+    print_stack(settings, EmbeddedStack(settings).up())
+
+
+@stack_app.command("fetch")
+@operator_errors
+def stack_fetch(ctx: typer.Context) -> None:
+    """Fetch the embedded broker's and Spark's Kafka connector jars with Maven (once; later calls are instant).
+
+    `run` uses the connector's jars when they are there, so a copy of the jars directory (HOTSWAP_JARS_DIR)
+    lets an offline machine run; without them Spark downloads the connector itself."""
+    from executor.stack import EmbeddedStack
+
+    stack = EmbeddedStack(ctx.obj.settings())
+    typer.echo(f"kafka broker jars: {stack.kafka_jars()}")
+    connector = stack.spark_connector_jars()
+    typer.echo(f"spark connector jars: {len(connector)} in {connector[0].parent}")
+
+
+@stack_app.command("down")
+@operator_errors
+def stack_down(ctx: typer.Context) -> None:
+    """Stop the processes `stack up` started (and nothing else)."""
+    from executor.stack import EmbeddedStack
+
+    stopped = EmbeddedStack(ctx.obj.settings()).down()
+    typer.echo(f"stopped: {', '.join(stopped)}" if stopped else "nothing to stop")
+
+
+@stack_app.command("status")
+@operator_errors
+def stack_status(ctx: typer.Context) -> None:
+    """Addresses, pids and health of Kafka and Redis."""
+    from executor.stack import EmbeddedStack
+
+    settings = ctx.obj.settings()
+    print_stack(settings, EmbeddedStack(settings).status())
