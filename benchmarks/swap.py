@@ -32,9 +32,9 @@ from executor.control.topics import Topics
 from executor.logs import configure_logging
 from executor.operator.client import Client, redis_client
 from executor.stack import EmbeddedStack
+from executor.tools.generator import GeneratorSpec, produce
 from service_sink.progress import parse_spark_time
 from service_sink.results import ResultWriter
-from tools.generator import GeneratorSpec, produce
 
 REPO = Path(__file__).resolve().parents[1]
 HOME = REPO / ".hotswap" / "bench"

@@ -232,7 +232,7 @@ def generate(
     time_scale: Annotated[float, typer.Option(help="Event time runs this much faster than the clock.")] = 1.0,
 ) -> None:
     """Write seeded JSON events {key, value, ts} to the source topic."""
-    from tools.generator import GeneratorReport, GeneratorSpec, produce
+    from executor.tools.generator import GeneratorReport, GeneratorSpec, produce
 
     settings = ctx.obj.settings()
     spec = GeneratorSpec(
@@ -268,7 +268,7 @@ def demo(
     keep_stack: Annotated[bool, typer.Option(help="Leave the stack running afterwards.")] = False,
 ) -> None:
     """Start everything, stream events, swap the query live, and check the results."""
-    from tools.demo import run_demo
+    from executor.tools.demo import run_demo
 
     ok = run_demo(ctx.obj, console, query, replacement, duration, swap_after, keep_stack)
     raise typer.Exit(0 if ok else 1)

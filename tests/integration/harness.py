@@ -26,10 +26,10 @@ from contract.settings import Settings
 from execution_graph.source import load_query_source
 from executor.control.controller import Executor
 from executor.operator.client import Client, redis_client
+from executor.tools.generator import GeneratorSpec, produce
 from service_sink.audit import read_topic_records
 from tests.conftest import wait_until
 from tests.integration.oracle import KEEP_EVERY_BATCH
-from tools.generator import GeneratorSpec, produce
 
 REPO = Path(__file__).resolve().parents[2]
 QUERIES = Path(__file__).resolve().parent / "queries"

@@ -19,6 +19,7 @@ from execution_graph.source import load_query_source
 from executor.errors import SubmitRejected
 from executor.operator.client import Client
 from executor.stack import EmbeddedStack
+from executor.tools.generator import GeneratorSpec
 from service_sink.audit import read_results
 from tests.conftest import wait_until
 from tests.integration.conftest import Services
@@ -34,7 +35,6 @@ from tests.integration.harness import (
     slow_to_deploy,
 )
 from tests.integration.oracle import Truth, Version, assert_invariants, count_and_total, peak_and_low, settle
-from tools.generator import GeneratorSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

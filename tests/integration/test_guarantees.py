@@ -22,6 +22,7 @@ from contract.models import GraphState
 from contract.settings import Settings
 from executor.control.topics import Topics
 from executor.operator.client import Client
+from executor.tools.generator import GeneratorSpec
 from service_sink.audit import read_results
 from tests.conftest import wait_until
 from tests.integration.harness import (
@@ -41,7 +42,6 @@ from tests.integration.oracle import (
     settle,
     source_events,
 )
-from tools.generator import GeneratorSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -11,9 +11,9 @@ from pyspark.sql import SparkSession
 
 from contract.settings import Settings
 from executor.operator.client import Client
+from executor.tools.generator import GeneratorSpec, produce
 from tests.conftest import wait_until
 from tests.integration.harness import QUERIES, committed_watermark, executor_running, read_topic
-from tools.generator import GeneratorSpec, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

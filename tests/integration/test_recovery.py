@@ -14,11 +14,11 @@ from contract.models import GraphState
 from contract.names import Keys
 from contract.settings import Settings
 from executor.operator.client import Client
+from executor.tools.generator import GeneratorSpec
 from service_sink.audit import read_results
 from tests.conftest import wait_until
 from tests.integration.harness import REPO, ExecutorProcess, committed_watermark, continuous_load, executor_running
 from tests.integration.oracle import Version, assert_invariants, count_and_total, mean_and_n, peak_and_low, settle
-from tools.generator import GeneratorSpec
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

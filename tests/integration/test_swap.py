@@ -13,11 +13,11 @@ from contract.models import GraphState
 from contract.settings import Settings
 from contract.status import SwapStatus
 from executor.operator.client import Client
+from executor.tools.generator import GeneratorSpec, produce
 from service_sink.audit import read_results
 from tests.conftest import wait_until
 from tests.integration.harness import QUERIES, REPO, committed_watermark, continuous_load, executor_running, read_topic
 from tests.integration.oracle import Version, assert_invariants, count_and_total, mean_and_n, peak_and_low, settle
-from tools.generator import GeneratorSpec, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

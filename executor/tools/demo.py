@@ -25,9 +25,9 @@ from executor.control.controller import Executor
 from executor.control.spark_session import build_spark_session
 from executor.operator.client import Client, redis_client
 from executor.stack import EmbeddedStack
+from executor.tools.generator import GeneratorSpec, produce
 from service_sink.audit import Result, audit, read_results
 from service_sink.errors import TopicReadIncomplete
-from tools.generator import GeneratorSpec, produce
 
 TIME_SCALE = 5.0  # event time runs 5x faster than the clock: a 10 s window closes every 2 s
 
