@@ -268,7 +268,7 @@ def demo(
     keep_stack: Annotated[bool, typer.Option(help="Leave the stack running afterwards.")] = False,
 ) -> None:
     """Start everything, stream events, swap the query live, and check the results."""
-    from executor.tools.demo import run_demo
+    from executor.operator.demo import run_demo
 
     ok = run_demo(ctx.obj, console, query, replacement, duration, swap_after, keep_stack)
     raise typer.Exit(0 if ok else 1)

@@ -1,1 +1,1 @@
-"""Tools around hotswap: the demo and the event generator it runs."""
+"""Tools around hotswap: the event generator behind `hotswap generate` and the demo."""
