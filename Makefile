@@ -55,8 +55,7 @@ schema: install ## Regenerate docs/status.schema.json from the status model (con
 unit: install ## Unit and component tests only (no Kafka, Redis or Spark)
 	$(BIN)/pytest -m "not integration" -q
 
-check: lint ## Before a push: lint, then unit and component tests (no Kafka, Redis or Spark; under a minute)
-	$(BIN)/pytest -m "not integration" -q
+check: lint unit ## Before a push: lint, then unit and component tests (no Kafka, Redis or Spark; under a minute)
 
 integration: jars ## Integration tests against real Kafka, Redis and Spark
 	$(BIN)/pytest -m integration -v

@@ -81,10 +81,6 @@ class Names:
     namespace: str
     home: Path  # `settings.home`: checkpoints live below it
 
-    @property
-    def keys(self) -> Keys:
-        return Keys(self.namespace)
-
     # -- Kafka topics ------------------------------------------------------------------------
     @property
     def owned_topic_prefix(self) -> str:

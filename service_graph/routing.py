@@ -16,8 +16,6 @@ from contract.models import CutRoute, GraphRecord, NodePosition, RoutingPlan, Se
 from contract.windows import cut_boundary
 from service_graph.errors import NoTargetGraph
 
-# Phases in which rows before the cut still flow to the old graph.
-
 
 @dataclass(frozen=True)
 class PartitionBatchStats:

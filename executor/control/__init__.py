@@ -1,1 +1,1 @@
-"""The control plane: the swap state machine, the journal client, the lease and the graph lifecycle."""
+"""The control plane: the swap state machine and its loop, the lease, the graph lifecycle and the Spark session."""

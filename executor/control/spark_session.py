@@ -15,7 +15,7 @@ import structlog
 from pyspark.sql import SparkSession
 
 from contract.settings import Settings
-from executor.stack.jars import connector_package, local_connector_jars
+from executor.spark_connector import connector_package, local_connector_jars
 
 log = structlog.get_logger(__name__)
 

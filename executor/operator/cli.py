@@ -6,7 +6,7 @@ import os
 import signal
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
@@ -15,9 +15,6 @@ from executor.logs import configure_logging
 from executor.operator.failures import operator_errors
 from executor.operator.render import console, iso, render_status
 from executor.operator.stack_cli import stack_app
-
-if TYPE_CHECKING:
-    pass
 
 app = typer.Typer(
     help="Replace a running Spark Structured Streaming query live.",

@@ -14,12 +14,18 @@ import shutil
 import subprocess
 import time
 import xml.etree.ElementTree as ET
-from importlib import metadata
 from pathlib import Path
 
 import structlog
 
 from executor.errors import StackError
+from executor.spark_connector import (
+    COMPLETE_MARKER,
+    CONNECTOR_ARTIFACTS,
+    connector_dir,
+    local_connector_jars,
+    pyspark_version,
+)
 from executor.stack.process import last_line, locked
 
 log = structlog.get_logger(__name__)
@@ -29,15 +35,7 @@ KAFKA_POM_DIR = COMPOSE_DIR / "kafka"
 CONNECTOR_POM_DIR = COMPOSE_DIR / "spark-connector"
 # Sends the GCS mirror that Spark's parent POM lists to Maven Central (see the file).
 MAVEN_SETTINGS = COMPOSE_DIR / "maven-settings.xml"
-# The jars Spark's Kafka source and sink need beyond what the pyspark wheel ships, in this order.
-CONNECTOR_ARTIFACTS = (
-    "spark-sql-kafka-0-10_2.13",
-    "spark-token-provider-kafka-0-10_2.13",
-    "kafka-clients",
-    "commons-pool2",
-)
 KAFKA_FALLBACK_VERSION = "4.1.1"
-COMPLETE_MARKER = ".complete"
 MAVEN_TIMEOUT_S = 900.0
 _POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 
@@ -52,34 +50,13 @@ def kafka_jars(jar_cache: Path) -> Path:
 def fetch_connector_jars(jar_cache: Path) -> list[Path]:
     """The paths of Spark's Kafka connector jars at the pyspark version, fetched on first use."""
     spark_version = pyspark_version()
-    dest = _connector_dir(jar_cache)
+    dest = connector_dir(jar_cache)
     extra = [f"-Dspark.version={spark_version}", "-DincludeArtifactIds=" + ",".join(CONNECTOR_ARTIFACTS)]
     _fetch(CONNECTOR_POM_DIR, dest, extra, "Spark Kafka connector")
     jars = local_connector_jars(jar_cache)
     if jars is None:
         raise StackError(f"{dest} lacks some of {', '.join(CONNECTOR_ARTIFACTS)}; delete it and retry to fetch again")
     return jars
-
-
-def local_connector_jars(jar_cache: Path) -> list[Path] | None:
-    """The connector's jars if a complete fetch left all of them in `jar_cache`, else None. Never fetches."""
-    dest = _connector_dir(jar_cache)
-    if not (dest / COMPLETE_MARKER).is_file():
-        return None
-    jars: list[Path] = []
-    for artifact in CONNECTOR_ARTIFACTS:
-        # "kafka-clients-3.9.1.jar", not "kafka-clients-test-...": a digit follows the artifact id.
-        found = sorted(dest.glob(f"{artifact}-[0-9]*.jar"))
-        if not found:
-            log.warning("stack.jars.incomplete", dir=str(dest), missing=artifact)
-            return None
-        jars.append(found[-1])
-    return jars
-
-
-def connector_package() -> str:
-    """Spark's Kafka connector as a Maven coordinate, at the pyspark version (its dependencies follow)."""
-    return f"org.apache.spark:{CONNECTOR_ARTIFACTS[0]}:{pyspark_version()}"
 
 
 def kafka_version() -> str:
@@ -94,17 +71,6 @@ def kafka_version() -> str:
             if version and not version.startswith("$"):
                 return version.strip()
     return KAFKA_FALLBACK_VERSION
-
-
-def pyspark_version() -> str:
-    try:
-        return metadata.version("pyspark")
-    except metadata.PackageNotFoundError as exc:
-        raise StackError("pyspark is not installed; run `make` to create the virtualenv") from exc
-
-
-def _connector_dir(jar_cache: Path) -> Path:
-    return jar_cache / f"spark-connector-{pyspark_version()}"
 
 
 def _fetch(pom_dir: Path, dest: Path, extra_args: list[str], what: str) -> None:

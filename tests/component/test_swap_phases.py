@@ -1,5 +1,5 @@
 """Every transition of SwapPhase, allowed and forbidden, through check_transition and through the
-journal in Redis; and the phase classification against the rules of DESIGN.md ("Recovery")."""
+journal in Redis; and the phase classification against the rules in docs/architecture.md ("The swap state machine")."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ def test_every_phase_can_be_reached_from_submitted() -> None:
 
 
 def test_every_unfinished_swap_can_still_reach_an_end() -> None:
-    """Nothing stuck (DESIGN.md, invariants): from every phase a terminal phase is reachable."""
+    """Nothing stuck (README, "Guarantees"): from every phase a terminal phase is reachable."""
     for phase in SwapPhase:
         assert any(p.is_terminal for p in reachable_from(phase)), phase
 

@@ -15,7 +15,7 @@ import pytest
 
 from contract.settings import Settings
 from executor.control.spark_session import connector_conf
-from executor.stack.jars import COMPLETE_MARKER, CONNECTOR_ARTIFACTS
+from executor.spark_connector import COMPLETE_MARKER, CONNECTOR_ARTIFACTS
 from executor.stack.kafka import KafkaBroker
 from executor.stack.process import START_BANNER, Proc, ProcessState, failure_hint, is_ours, listens, started_after_boot
 from executor.stack.redis import mask_url
