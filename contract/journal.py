@@ -212,6 +212,21 @@ class Journal:
 
         return self._compare_and_set(swap_id, change)
 
+    def record_cut(self, swap_id: str, boundary: int, batch_id: int) -> SwapRecord | None:
+        """The service graph's cut: W and the batch it first applies to, only while the swap is still
+        `deployed` (an abort that got there first wins; then None)."""
+        return self.advance(
+            swap_id,
+            SwapPhase.CUT,
+            when=lambda record: record.state is SwapPhase.DEPLOYED,
+            cut_window_end=boundary,
+            cut_batch=batch_id,
+        )
+
+    def record_draining(self, swap_id: str) -> SwapRecord | None:
+        """The service watermark passed W; None if another writer recorded it first."""
+        return self.advance(swap_id, SwapPhase.DRAINING, when=lambda record: record.state is SwapPhase.CUT)
+
     def update(self, swap_id: str, **changes: object) -> SwapRecord | None:
         """Change fields other than the phase (for example `markers_written`)."""
         return self._compare_and_set(swap_id, lambda record: record.changed(**changes))

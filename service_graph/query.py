@@ -187,13 +187,7 @@ class ServiceGraph:
 
     def _take_cut(self, swap: SwapRecord, state: ServiceState, batch_id: int) -> SwapRecord | None:
         boundary = decide_cut(state, swap)
-        cut = self._journal.advance(
-            swap.id,
-            SwapPhase.CUT,
-            when=lambda record: record.state is SwapPhase.DEPLOYED,
-            cut_window_end=boundary,
-            cut_batch=batch_id,
-        )
+        cut = self._journal.record_cut(swap.id, boundary, batch_id)
         if cut is not None:
             crash_point("after:cut")
             log.info(
@@ -325,7 +319,7 @@ class ServiceGraph:
         assert plan.cut is not None
         swap = self._journal.get(plan.cut.swap_id)
         if swap.state is SwapPhase.CUT:
-            advanced = self._journal.advance(swap.id, SwapPhase.DRAINING, when=lambda r: r.state is SwapPhase.CUT)
+            advanced = self._journal.record_draining(swap.id)
             if advanced is not None:
                 crash_point("after:draining")
                 return advanced

@@ -19,6 +19,7 @@ from pathlib import Path
 import redis
 import structlog
 
+from contract.errors import LeaseLost
 from executor.errors import LeaseHeld
 
 log = structlog.get_logger(__name__)
@@ -153,9 +154,10 @@ class Lease:
         )
 
     def check(self) -> None:
-        """Raises LeaseHeld if the heartbeat found the lease taken by someone else."""
+        """Raises LeaseLost if the heartbeat found the lease taken by someone else (the fence finds
+        the same on the next write; this is the heartbeat's earlier word)."""
         if self._lost is not None:
-            raise LeaseHeld(self._lost)
+            raise LeaseLost(self._lost)
 
     def release(self) -> None:
         self._stop.set()

@@ -178,19 +178,13 @@ class World:
         return None if record is None else record.state
 
     def cut(self, swap_id: str, boundary: int) -> SwapRecord | None:
-        """The service graph takes the cut at a batch boundary (service_graph.query._take_cut)."""
+        """The service graph takes the cut at a batch boundary, as service_graph.query does."""
         self._batch += 1
-        return self.journal.advance(
-            swap_id,
-            SwapPhase.CUT,
-            when=lambda r: r.state is SwapPhase.DEPLOYED,
-            cut_window_end=boundary,
-            cut_batch=self._batch,
-        )
+        return self.journal.record_cut(swap_id, boundary, self._batch)
 
     def watermark_passes_cut(self, swap_id: str) -> None:
         """The service watermark passed W: the service graph records `draining` and writes markers."""
-        self.journal.advance(swap_id, SwapPhase.DRAINING, when=lambda r: r.state is SwapPhase.CUT)
+        self.journal.record_draining(swap_id)
         self.journal.update(swap_id, markers_written=True)
 
     def emitted_through(self, query_id: str, watermark: int) -> None:

@@ -176,7 +176,7 @@ def test_an_executor_whose_lease_was_taken_over_stops_and_cannot_write(client: f
         def told() -> bool:
             try:
                 stalled.check()
-            except LeaseHeld:
+            except LeaseLost:
                 return True
             return False
 
