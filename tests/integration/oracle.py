@@ -59,11 +59,18 @@ def source_events(settings: Settings) -> list[SourceEvent]:
 
 
 def event_ids(settings: Settings, topic: str) -> set[EventId]:
-    """The source rows that hotswap set aside in its late or dead-letter topic."""
-    return {
-        (int(b["partition"]), int(b["offset"]))
-        for b in (json.loads(r.value) for r in read_topic_records(settings, topic, timeout_s=60))
-    }
+    """The source rows that hotswap set aside in its late or dead-letter topic. A late row carries its
+    source position in its JSON; a dead letter is the raw record, with it in a header."""
+    ids: set[EventId] = set()
+    for record in read_topic_records(settings, topic, timeout_s=60):
+        headers = dict(record.headers or [])
+        if "hotswap.source" in headers:
+            partition, offset = headers["hotswap.source"].decode().split("/")
+        else:
+            body = json.loads(record.value)
+            partition, offset = body["partition"], body["offset"]
+        ids.add((int(partition), int(offset)))
+    return ids
 
 
 def batch_ends(settings: Settings, batch_id: int) -> dict[int, int]:
