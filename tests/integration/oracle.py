@@ -10,8 +10,9 @@ the service graph and the documented rules alone, never from what hotswap report
   the idle timeout before it, which lets the watermark run ahead on processing time). The late
   topic's content must lie between the two.
 - **The closed horizon** is the watermark the source implies once every row is read: the slowest
-  partition's largest event time minus the lateness. Every window ending at or before it must have
-  its result; the test waits for the product to get there, it does not ask it where it is.
+  partition's largest event time minus the lateness (less 1 ms for the serving graph). Every window
+  ending at or before it must have its result; the test waits for the product to get there, it
+  does not ask it where it is.
 """
 
 from __future__ import annotations
@@ -145,12 +146,13 @@ class Truth:
 
 
 def horizon(on_time: Iterable[SourceEvent], lateness_ms: int) -> int:
-    """The service watermark once every row is read: the slowest partition's largest event time
-    among the rows it routed, minus the lateness."""
+    """The serving graph's watermark once every row is read: the service watermark (the slowest
+    partition's largest routed event time minus the lateness) less 1 ms, because the next batch
+    would route rows at the service watermark as on time and Spark drops rows at its own."""
     tops: dict[int, int] = {}
     for e in on_time:
         tops[e.partition] = max(tops.get(e.partition, e.ts), e.ts)
-    return min(tops.values()) - lateness_ms if tops else 0
+    return min(tops.values()) - lateness_ms - 1 if tops else 0
 
 
 def routed_everything(settings: Settings, source_ends: dict[int, int]) -> bool:
