@@ -17,6 +17,7 @@ the service graph and the documented rules alone, never from what hotswap report
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 from collections import defaultdict
@@ -92,6 +93,7 @@ class ServiceBatches:
         ids = [int(path.name) for path in directory.iterdir() if path.name.isdigit()]
         self._ends = {batch_id: batch_ends(settings, batch_id) for batch_id in ids}
         self._order = sorted(self._ends)
+        self._partition_ends: dict[int, list[int]] = {}
         assert self._order == list(range(len(self._order))), (
             f"the service graph's offset log is not complete ({self._order[:3]}…); raise minBatchesToRetain"
         )
@@ -102,10 +104,11 @@ class ServiceBatches:
 
     def batch_of(self, event: SourceEvent) -> int | None:
         """The batch that read this row, or None if no batch has read it."""
-        for batch_id in self._order:
-            if event.offset < self._ends[batch_id].get(event.partition, 0):
-                return batch_id
-        return None
+        ends = self._partition_ends.get(event.partition)
+        if ends is None:  # per partition, batch after batch: never decreasing
+            ends = self._partition_ends[event.partition] = [self._ends[b].get(event.partition, 0) for b in self._order]
+        i = bisect.bisect_right(ends, event.offset)
+        return self._order[i] if i < len(self._order) else None
 
 
 @dataclass
