@@ -74,6 +74,9 @@ def executor_running(settings: Settings, spark: SparkSession, query: Path) -> It
         yield running
     except BaseException:
         print_spark_state(spark)  # before stop() ends the queries: what was each one doing?
+        with contextlib.suppress(Exception):  # best effort: the diagnosis must not hide the failure
+            for swap in Client(settings).status().swaps:
+                print(f"swap {swap.id} {swap.state}: {swap.waiting_for or swap.error or ''}")
         raise
     finally:
         running.stop()
