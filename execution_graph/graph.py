@@ -19,6 +19,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import structlog
 from pyspark.sql import DataFrame, SparkSession
@@ -142,21 +143,25 @@ class GraphRunner:
             f"execution graph {query_id} was not running after {timeout_s:.0f}s (waited for its Spark query to start)"
         )
 
+    def is_committed(self, query_id: str, batch_id: int) -> bool:
+        """Whether the graph's checkpoint holds `commits/<batch_id>`: that batch's output is out."""
+        fs, root = self._checkpoint(query_id)
+        return bool(fs.exists(self._path(root, f"commits/{batch_id}")))
+
     def last_commit_watermark(self, query_id: str) -> int | None:
         """The event-time watermark of the graph's last committed batch, read from its checkpoint:
         Spark records each batch's watermark in `offsets/N` and writes `commits/N` once the batch's
         output is out, so every window ending at or before it was emitted."""
-        jvm = self._spark.sparkContext._jvm
-        assert jvm is not None
-        root = jvm.org.apache.hadoop.fs.Path(str(self._settings.names.graph_checkpoint(query_id)))
-        fs = root.getFileSystem(self._spark.sparkContext._jsc.hadoopConfiguration())
-        commits = jvm.org.apache.hadoop.fs.Path(root, "commits")
+        fs, root = self._checkpoint(query_id)
+        commits = self._path(root, "commits")
         if not fs.exists(commits):
             return None
         batches = [int(s.getPath().getName()) for s in fs.listStatus(commits) if s.getPath().getName().isdigit()]
         if not batches:
             return None
-        stream = fs.open(jvm.org.apache.hadoop.fs.Path(root, f"offsets/{max(batches)}"))
+        jvm = self._spark.sparkContext._jvm
+        assert jvm is not None
+        stream = fs.open(self._path(root, f"offsets/{max(batches)}"))
         try:
             text = str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
         finally:
@@ -166,6 +171,21 @@ class GraphRunner:
             return int(json.loads(lines[1])["batchWatermarkMs"]) if len(lines) > 1 else None
         except (ValueError, KeyError, TypeError):
             return None
+
+    def _checkpoint(self, query_id: str) -> tuple[Any, Any]:
+        """The Hadoop file system and root path of a graph's checkpoint (local or on a cluster's store)."""
+        root = self._path(None, str(self._settings.names.graph_checkpoint(query_id)))
+        return root.getFileSystem(self._spark.sparkContext._jsc.hadoopConfiguration()), root
+
+    def _path(self, parent: Any, child: str) -> Any:
+        jvm = self._spark.sparkContext._jvm
+        assert jvm is not None
+        path_class = jvm.org.apache.hadoop.fs.Path
+        return path_class(child) if parent is None else path_class(parent, child)
+
+    def running(self) -> dict[str, StreamingQuery]:
+        """The graphs' queries, by query id (a dead one stays until it is restarted or stopped)."""
+        return dict(self._queries)
 
     def query(self, query_id: str) -> StreamingQuery | None:
         return self._queries.get(query_id)

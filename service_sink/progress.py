@@ -1,26 +1,27 @@
 """Progress reports: what each execution graph has processed and committed, kept in Redis.
 
-A StreamingQueryListener records each batch's id, event-time watermark and input offsets as
-Spark reports them. Spark posts that event before it writes the batch's commit file, so a
-report only counts as committed once `commits/<batch>` exists in the graph's checkpoint;
-`confirm_commits` checks that and records the committed batch and watermark. "Drained through
-W" is read from the committed watermark, never from a query having stopped.
+The executor's loop polls each graph's Spark query (`lastProgress`) and records its batch id,
+event-time watermark and input offsets. Spark updates that report before it writes the batch's
+commit file, so a report only counts as committed once the graph's checkpoint has `commits/<batch>`;
+then the committed batch and watermark are recorded. "Drained through W" is read from the
+committed watermark, never from a query having stopped.
+
+Polled, not listened for: a Python StreamingQueryListener runs on Spark's listener bus, which
+drops events when a listener falls behind ("Dropping event from queue streams"), and a dropped
+report could hold a drain for minutes (docs/architecture.md, "Known traps").
 """
 
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
 
 import redis
 import structlog
-from pyspark.sql import SparkSession
-from pyspark.sql.streaming.listener import StreamingQueryListener
+from pyspark.sql.streaming.listener import StreamingQueryProgress
+from pyspark.sql.streaming.query import StreamingQuery
 
-from contract.errors import ControlStateLost, LeaseLost
 from contract.fence import Fence, fenced_write
 from contract.models import GraphProgress, now_ms
 from contract.names import Keys
@@ -28,7 +29,7 @@ from contract.records import read_progress
 
 log = structlog.get_logger(__name__)
 
-CheckpointFor = Callable[[str], str]
+IsCommitted = Callable[[str, int], bool]  # (query_id, batch_id) -> has the checkpoint committed it
 
 
 def parse_spark_time(text: str | None) -> int | None:
@@ -38,81 +39,62 @@ def parse_spark_time(text: str | None) -> int | None:
     return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
 
 
-class ProgressReporter(StreamingQueryListener):
-    """Reports the progress of the execution graphs whose query names start with `prefix`."""
+def input_offsets(progress: StreamingQueryProgress) -> dict[str, dict[str, int]]:
+    """The end offsets of a batch's Kafka sources: topic -> partition -> offset."""
+    offsets: dict[str, dict[str, int]] = {}
+    for source in progress.sources:
+        try:
+            parsed = json.loads(source.endOffset) if source.endOffset else {}
+        except (json.JSONDecodeError, TypeError):
+            continue
+        if isinstance(parsed, dict):
+            for topic, parts in parsed.items():
+                if isinstance(parts, dict):
+                    offsets[str(topic)] = {str(p): int(o) for p, o in parts.items()}
+    return offsets
 
-    def __init__(
-        self,
-        spark: SparkSession,
-        client: redis.Redis,
-        keys: Keys,
-        prefix: str,
-        checkpoint_for: CheckpointFor,
-        fence: Fence | None = None,
-    ):
-        self._spark = spark
+
+class ProgressReporter:
+    """Reports the progress of the execution graphs the executor runs."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, is_committed: IsCommitted, fence: Fence | None = None):
         self._fence = fence  # reports are control state: only the lease holder writes them
         self._redis = client
         self._keys = keys
-        self._prefix = prefix
-        self._checkpoint_for = checkpoint_for
-        self._lock = threading.Lock()
+        self._is_committed = is_committed
         self._latest: dict[str, GraphProgress] = {}
 
-    # -- listener callbacks (Spark's listener thread) --------------------------------------
-    def onQueryStarted(self, event: Any) -> None:
-        pass
+    def report(self, queries: Mapping[str, StreamingQuery]) -> None:
+        """Record each graph's newest batch, then confirm the batches its checkpoint has committed."""
+        for query_id, query in queries.items():
+            progress = query.lastProgress
+            if progress is not None:
+                self._observe(query_id, progress)
+        self._confirm_commits()
 
-    def onQueryIdle(self, event: Any) -> None:
-        pass
+    def forget(self, query_id: str) -> None:
+        self._latest.pop(query_id, None)
 
-    def onQueryTerminated(self, event: Any) -> None:
-        pass
+    def _observe(self, query_id: str, progress: StreamingQueryProgress) -> None:
+        before = self._latest.get(query_id) or self._stored(query_id) or GraphProgress(query_id=query_id)
+        batch_id = int(progress.batchId)
+        if batch_id == before.batch_id:
+            return  # nothing new since the last poll: no write
+        event_time = progress.eventTime or {}
+        report = before.changed(
+            batch_id=batch_id,
+            watermark=parse_spark_time(event_time.get("watermark")),
+            num_input_rows=int(progress.numInputRows),
+            input_offsets=input_offsets(progress),
+            updated_at=now_ms(),
+        )
+        self._latest[query_id] = report
+        self._store(report)
 
-    def onQueryProgress(self, event: Any) -> None:
-        progress = event.progress
-        name = progress.name or ""
-        if not name.startswith(self._prefix):
-            return
-        query_id = name[len(self._prefix) :]
-        offsets: dict[str, dict[str, int]] = {}
-        for source in progress.sources:
-            try:
-                parsed = json.loads(source.endOffset) if source.endOffset else {}
-            except json.JSONDecodeError:
-                continue
-            if isinstance(parsed, dict):
-                for topic, parts in parsed.items():
-                    if isinstance(parts, dict):
-                        offsets[str(topic)] = {str(p): int(o) for p, o in parts.items()}
-        watermark = parse_spark_time(progress.eventTime.get("watermark")) if progress.eventTime else None
-        with self._lock:
-            before = self._latest.get(query_id) or self._stored(query_id) or GraphProgress(query_id=query_id)
-            report = before.changed(
-                batch_id=int(progress.batchId),
-                watermark=watermark,
-                num_input_rows=int(progress.numInputRows),
-                input_offsets=offsets,
-                updated_at=now_ms(),
-            )
-            self._latest[query_id] = report
-            try:
-                self._store(report)
-            except (LeaseLost, ControlStateLost) as exc:
-                # The executor's loop sees the same and stops; Spark's listener thread only skips the report.
-                log.debug("progress not reported", query_id=query_id, reason=str(exc))
-
-    # -- commit confirmation (executor's loop) ---------------------------------------------
-    def confirm_commits(self) -> None:
-        with self._lock:
-            pending = [p for p in self._latest.values() if p.batch_id > p.committed_batch]
-        for report in pending:
-            if not self._is_committed(report.query_id, report.batch_id):
-                continue
-            with self._lock:
-                # A newer batch may have been reported meanwhile; it stays pending until its own commit.
-                latest = self._latest.get(report.query_id, report)
-                confirmed = latest.changed(committed_batch=report.batch_id, committed_watermark=report.watermark)
+    def _confirm_commits(self) -> None:
+        for report in list(self._latest.values()):
+            if report.batch_id > report.committed_batch and self._is_committed(report.query_id, report.batch_id):
+                confirmed = report.changed(committed_batch=report.batch_id, committed_watermark=report.watermark)
                 self._latest[report.query_id] = confirmed
                 self._store(confirmed)
 
@@ -123,16 +105,5 @@ class ProgressReporter(StreamingQueryListener):
             lambda pipe: pipe.set(self._keys.progress(report.query_id), report.model_dump_json()),
         )
 
-    def forget(self, query_id: str) -> None:
-        with self._lock:
-            self._latest.pop(query_id, None)
-
     def _stored(self, query_id: str) -> GraphProgress | None:
         return read_progress(self._redis, self._keys, query_id)
-
-    def _is_committed(self, query_id: str, batch_id: int) -> bool:
-        jvm = self._spark.sparkContext._jvm
-        assert jvm is not None
-        path = jvm.org.apache.hadoop.fs.Path(f"{self._checkpoint_for(query_id)}/commits/{batch_id}")
-        fs = path.getFileSystem(self._spark.sparkContext._jsc.hadoopConfiguration())
-        return bool(fs.exists(path))

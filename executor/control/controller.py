@@ -58,14 +58,7 @@ class Executor:
         self._fence = Fence(self._keys, self._lease.token)
         self.graphs = Graphs(spark, settings, client, self._topics, self._fence)
         self.service = ServiceGraph(spark, settings, client, self._fence)
-        self.reporter = ProgressReporter(
-            spark,
-            client,
-            self._keys,
-            prefix=settings.names.graph_query(""),
-            checkpoint_for=lambda query_id: str(settings.names.graph_checkpoint(query_id)),
-            fence=self._fence,
-        )
+        self.reporter = ProgressReporter(client, self._keys, self.graphs.runner.is_committed, self._fence)
         self._swaps: SwapProtocol | None = None
         self._phase = ExecutorPhase.STOPPED
         self.ready = threading.Event()
@@ -80,7 +73,6 @@ class Executor:
             raise
         self._enter(ExecutorPhase.BOOTSTRAPPING)
         structlog.contextvars.bind_contextvars(namespace=self.settings.namespace)
-        self._spark.streams.addListener(self.reporter)
         try:
             self._bootstrap(initial)
             self._swaps = SwapProtocol(self.settings, self._redis, self.graphs, self.reporter, self._fence)
@@ -116,7 +108,7 @@ class Executor:
         failed = self.graphs.supervise()
         if failed:
             self._swaps.graphs_failed(failed)
-        self.reporter.confirm_commits()
+        self.reporter.report(self.graphs.runner.running())
         self.service.supervise()
         self.service.tick()
 
@@ -203,8 +195,4 @@ class Executor:
                 action()
             except (HotswapError, redis.RedisError, OSError) as exc:
                 log.warning("error while stopping", action=getattr(action, "__name__", "?"), error=str(exc))
-        try:
-            self._spark.streams.removeListener(self.reporter)
-        except Exception as exc:  # noqa: BLE001 - py4j may raise anything while Spark shuts down
-            log.debug("listener not removed", error=str(exc))
         structlog.contextvars.unbind_contextvars("namespace")
