@@ -93,6 +93,7 @@ def run_live(spark: SparkSession, shape: LiveShape, clock: Clock, memory: Memory
     thread = threading.Thread(target=executor.run, args=(load_query_source(QUERY), stop), daemon=True)
     thread.start()
     load = extra = None
+    errors: list[str] = []
     try:
         wait_for(executor.ready.is_set, 300, "executor start")
         load_start_ms = now_ms()
@@ -111,7 +112,7 @@ def run_live(spark: SparkSession, shape: LiveShape, clock: Clock, memory: Memory
         memory.phase = "swap"
         swap = client.submit(CHANGED, CHANGED.stem)
         clock.step(f"live: submitted swap {QUERY.stem} -> {CHANGED.stem}")
-        done = client.wait_until_done(swap.id, 240)
+        done = _finish(client, swap.id, errors)
         clock.step(f"live: swap {done.state.value}; {shape.after_s:.0f}s after it")
         memory.phase = "after_swap"
         time.sleep(shape.after_s)
@@ -121,7 +122,7 @@ def run_live(spark: SparkSession, shape: LiveShape, clock: Clock, memory: Memory
         extra = Load(settings, live_spec(shape.rate, seed=3)).start()
         swap2 = client.submit(QUERY, f"{QUERY.stem}_2")
         clock.step(f"live: rate doubled to {2 * shape.rate:.0f} ev/s; submitted swap back")
-        done2 = client.wait_until_done(swap2.id, 240)
+        done2 = _finish(client, swap2.id, errors)
         extra.halt()
         memory.phase = "after_swap_2x"
         clock.step(f"live: swap at 2x rate {done2.state.value}; letting the last windows close")
@@ -136,7 +137,19 @@ def run_live(spark: SparkSession, shape: LiveShape, clock: Clock, memory: Memory
     clock.step("live: reading results and the source back")
     results = read_emitted(settings)
     counts = source_counts(settings)
-    return summarize(results, counts, done, done2, load_start_ms, audit(read_results(settings, timeout_s=60)))
+    summary = summarize(results, counts, done, done2, load_start_ms, audit(read_results(settings, timeout_s=60)))
+    summary["errors"] = errors
+    return summary
+
+
+def _finish(client: Client, swap_id: str, errors: list[str]) -> SwapRecord:
+    """The swap's record once terminal; a failed or slow swap is recorded, not fatal: the latency
+    numbers around it are still worth having."""
+    try:
+        return client.wait_until_done(swap_id, 240)
+    except Exception as exc:  # noqa: BLE001 - SwapFailed or TimeoutExpired; both end up in the report
+        errors.append(f"swap {swap_id}: {type(exc).__name__}: {exc}")
+        return client.journal.get(swap_id)
 
 
 def summarize(

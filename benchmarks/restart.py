@@ -76,7 +76,6 @@ def run_restart(spark: SparkSession, rate: float, steady_s: float, after_s: floa
     load: Load | None = None
     new: StreamingQuery | None = None
     try:
-        wait_for(lambda: old.lastProgress is not None, 120, "first batch of the plain query")
         load = Load(settings, live_spec(rate, seed=2)).start()
         clock.step(f"restart: plain query running; load {rate:.0f} ev/s; waiting for first results")
         wait_for(lambda: _has_results(settings), 120, "first plain results", poll_s=1.0)

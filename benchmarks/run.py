@@ -77,9 +77,9 @@ def main() -> None:
 
     try:
         section(
-            "live", lambda: run_live(spark, LiveShape(rate, 25 if quick else 60, 10 if quick else 30), clock, memory)
+            "live", lambda: run_live(spark, LiveShape(rate, 20 if quick else 60, 5 if quick else 30), clock, memory)
         )
-        section("restart", lambda: run_restart(spark, rate, 20 if quick else 60, 20 if quick else 40, clock))
+        section("restart", lambda: run_restart(spark, rate, 15 if quick else 60, 20 if quick else 40, clock))
         section(
             "throughput",
             lambda: run_throughput(
