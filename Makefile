@@ -63,8 +63,9 @@ integration: jars ## Integration tests against real Kafka, Redis and Spark
 test: lint jars ## Lint, then every test
 	$(BIN)/pytest -v --durations=15
 
-bench: jars ## Benchmarks (speed targets live here, not in tests)
-	$(BIN)/python -m benchmarks.swap
+bench: jars ## Benchmarks beside plain Spark and stop-and-restart (QUICK=1: under 5 minutes); not part of `make test`
+	$(BIN)/pip install -q -e '.[dev,bench]'
+	$(BIN)/python -m benchmarks.run $(if $(QUICK),--quick,)
 
 clean: ## Stop the stack and remove .hotswap/ (keeps .venv)
 	-$(BIN)/hotswap stack down
