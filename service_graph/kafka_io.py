@@ -54,6 +54,8 @@ class MarkerWriter:
         self._written: dict[str, int] = {}  # topic -> watermark of the last marker written there
 
     def write(self, markers: list[Marker]) -> None:
+        """Write the markers of one batch or tick: `markers` names every graph that still receives them."""
+        self._forget_retired({m.topic for m in markers})
         markers = [m for m in markers if self._written.get(m.topic) != m.watermark]
         if not markers:
             return
@@ -68,6 +70,15 @@ class MarkerWriter:
         for marker in markers:
             self._written[marker.topic] = marker.watermark
         log.debug("watermark markers written", markers=[(m.query_id, m.watermark) for m in markers])
+
+    def _forget_retired(self, topics: set[str]) -> None:
+        """A graph that no longer receives markers is retired and its topic deleted: a producer that
+        wrote there would log an error on every metadata refresh, so a fresh one takes its place."""
+        retired = set(self._written) - topics
+        if retired:
+            for topic in retired:
+                del self._written[topic]
+            self.close()
 
     def close(self) -> None:
         if self._producer is not None:

@@ -56,7 +56,7 @@ class Topics:
         """Partition count of an existing topic, or None if it does not exist."""
 
         def read() -> int | None:
-            consumer = KafkaConsumer(**self._settings.kafka_python_config())
+            consumer = KafkaConsumer(**self._settings.kafka_python_config(), enable_auto_commit=False)
             try:
                 parts = consumer.partitions_for_topic(topic)
             finally:
