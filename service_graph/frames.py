@@ -4,6 +4,7 @@ expressions (no Python UDFs), and the per-partition statistics the routing state
 from __future__ import annotations
 
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from contract.models import RoutingPlan
 from contract.settings import Settings
@@ -25,8 +26,9 @@ def parse(batch: DataFrame) -> DataFrame:
         "key AS raw_key",
         "value AS raw_value",
         f"from_json(CAST(value AS STRING), '{SOURCE_SCHEMA}') AS e",
-        "try_parse_json(CAST(value AS STRING)) AS j",
     )
+    # CASE evaluates its branches in order, so a well-formed row (nearly all of them) is parsed
+    # once; only a row missing a field is parsed again to tell invalid JSON from a missing field.
     return parsed.selectExpr(
         "partition",
         "offset",
@@ -35,11 +37,12 @@ def parse(batch: DataFrame) -> DataFrame:
         "e",
         f"""CASE
               WHEN raw_value IS NULL THEN 'empty record'
-              WHEN j IS NULL THEN 'not valid JSON'
+              WHEN e.key IS NOT NULL AND e.value IS NOT NULL AND e.ts IS NOT NULL THEN
+                CASE WHEN e.ts < 0 OR e.ts > {MAX_EVENT_TIME_MS} THEN 'field ts out of range' END
+              WHEN try_parse_json(CAST(raw_value AS STRING)) IS NULL THEN 'not valid JSON'
               WHEN e.key IS NULL THEN 'missing or non-string field key'
               WHEN e.value IS NULL THEN 'missing or non-numeric field value'
-              WHEN e.ts IS NULL THEN 'missing or non-integer field ts'
-              WHEN e.ts < 0 OR e.ts > {MAX_EVENT_TIME_MS} THEN 'field ts out of range'
+              ELSE 'missing or non-integer field ts'
             END AS reason""",
     )
 
@@ -114,19 +117,25 @@ def collect_stats(routed: DataFrame) -> list[PartitionBatchStats]:
             "CASE WHEN route = 'dead_letter' THEN 1 ELSE 0 END AS is_dead",
         )
         .groupBy("partition")
-        .agg({"offset": "max", "routed_ts": "max", "routed_window_end": "max", "is_late": "sum", "is_dead": "sum"})
-        .join(routed.groupBy("partition").agg({"offset": "min"}), "partition")
+        .agg(
+            F.max("offset").alias("max_offset"),
+            F.min("offset").alias("min_offset"),
+            F.max("routed_ts").alias("max_event_time"),
+            F.max("routed_window_end").alias("max_window_end"),
+            F.sum("is_late").alias("late"),
+            F.sum("is_dead").alias("dead_letter"),
+        )
         .collect()
     )
     return [
         PartitionBatchStats(
             partition=int(row["partition"]),
-            max_offset=int(row["max(offset)"]),
-            max_event_time=row["max(routed_ts)"],
-            max_window_end=row["max(routed_window_end)"],
-            late=int(row["sum(is_late)"] or 0),
-            dead_letter=int(row["sum(is_dead)"] or 0),
-            min_offset=int(row["min(offset)"]),
+            max_offset=int(row["max_offset"]),
+            max_event_time=row["max_event_time"],
+            max_window_end=row["max_window_end"],
+            late=int(row["late"] or 0),
+            dead_letter=int(row["dead_letter"] or 0),
+            min_offset=int(row["min_offset"]),
         )
         for row in rows
     ]
