@@ -21,6 +21,7 @@ from benchmarks.common import (
     CHANGED,
     LATENESS_MS,
     QUERY,
+    WINDOW_MS,
     Clock,
     Emitted,
     Load,
@@ -102,8 +103,12 @@ def run_live(spark: SparkSession, shape: LiveShape, clock: Clock, memory: Memory
         memory.phase = "steady"
 
         def emitted() -> bool:
+            # The first window that started after the load began has closed (a watermark of 0
+            # from the graph's first, empty batch does not count).
             graph = client.status().graphs.get(QUERY.stem)
-            return graph is not None and graph.progress is not None and graph.progress.committed_watermark is not None
+            progress = graph.progress if graph is not None else None
+            committed = progress.committed_watermark if progress is not None else None
+            return committed is not None and committed >= load_start_ms + 2 * WINDOW_MS
 
         wait_for(emitted, 120, "first results")
         clock.step(f"live: first results; steady state for {shape.steady_s:.0f}s")

@@ -77,7 +77,7 @@ def main() -> None:
 
     try:
         section(
-            "live", lambda: run_live(spark, LiveShape(rate, 20 if quick else 60, 5 if quick else 30), clock, memory)
+            "live", lambda: run_live(spark, LiveShape(rate, 30 if quick else 60, 5 if quick else 30), clock, memory)
         )
         section("restart", lambda: run_restart(spark, rate, 15 if quick else 60, 20 if quick else 40, clock))
         section(
