@@ -209,3 +209,18 @@ def coverage(emitted: list[Emitted], counts: dict[int, int]) -> dict[str, Any]:
         "events_lost": lost,
         "events_extra": extra,
     }
+
+
+def batch_durations(spark: SparkSession) -> dict[str, dict[str, Any]]:
+    """Per running query: how long its recent micro-batches took (Spark's triggerExecution), the
+    stages a result waits for. Read from `recentProgress` (Spark keeps the last 100)."""
+    out: dict[str, dict[str, Any]] = {}
+    for query in spark.streams.active:
+        took = [
+            float(p["durationMs"]["triggerExecution"])
+            for p in query.recentProgress
+            if "triggerExecution" in (p.get("durationMs") or {})
+        ]
+        p50, p90 = percentile(took, 50), percentile(took, 90)
+        out[str(query.name)] = {"batches": len(took), "p50_ms": p50, "p90_ms": p90}
+    return out

@@ -25,6 +25,7 @@ from benchmarks.common import (
     Clock,
     Emitted,
     Load,
+    batch_durations,
     coverage,
     live_spec,
     percentile,
@@ -113,6 +114,7 @@ def run_live(spark: SparkSession, shape: LiveShape, clock: Clock, memory: Memory
         wait_for(emitted, 120, "first results")
         clock.step(f"live: first results; steady state for {shape.steady_s:.0f}s")
         time.sleep(shape.steady_s)
+        durations = batch_durations(spark)
 
         memory.phase = "swap"
         swap = client.submit(CHANGED, CHANGED.stem)
@@ -144,6 +146,7 @@ def run_live(spark: SparkSession, shape: LiveShape, clock: Clock, memory: Memory
     counts = source_counts(settings)
     summary = summarize(results, counts, done, done2, load_start_ms, audit(read_results(settings, timeout_s=60)))
     summary["errors"] = errors
+    summary["steady_batch_durations"] = durations
     return summary
 
 
