@@ -140,7 +140,10 @@ class StandaloneCluster:
 
     def describe(self) -> str:
         """The cluster's state and each daemon's last lines, for a failed test's log."""
-        lines = [f"cluster state: {json.dumps(self.state())[:2000]}"]
+        try:
+            lines = [f"cluster state: {json.dumps(self.state())[:2000]}"]
+        except AssertionError as exc:  # a daemon exited: say so, and still show every log
+            lines = [str(exc)]
         for path in [d.log_path for d in self.daemons] + self.executor_logs():
             tail = path.read_bytes().decode(errors="replace").splitlines()[-15:]
             lines += [f"--- {path}", *tail]
