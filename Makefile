@@ -9,7 +9,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
 
 .DEFAULT_GOAL := help
-.PHONY: help install system-deps jars stack-up stack-down demo lint format schema unit check integration test bench clean
+.PHONY: help install system-deps jars stack-up stack-down demo lint format schema unit check integration cluster test bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -60,7 +60,10 @@ check: lint unit ## Before a push: lint, then unit and component tests (no Kafka
 integration: jars ## Integration tests against real Kafka, Redis and Spark
 	$(BIN)/pytest -m integration -v
 
-test: lint jars ## Lint, then every test
+cluster: jars ## The cluster tests alone: three swaps on a Spark standalone cluster started from pyspark (minutes)
+	$(BIN)/pytest -m cluster -v
+
+test: lint jars ## Lint, then every test (the cluster tests included)
 	$(BIN)/pytest -v --durations=15
 
 bench: jars ## Benchmarks beside plain Spark and stop-and-restart (QUICK=1: under 5 minutes); not part of `make test`

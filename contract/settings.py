@@ -56,7 +56,11 @@ class Settings(BaseSettings):
     redis_port: int = 6379
 
     # Spark: the session is built in one place (executor.control.spark_session) from these.
+    # local[N], spark://host:port (standalone), k8s://https://host:port, yarn: any master Spark takes.
     spark_master: str = "local[2]"
+    # A Spark Connect server (sc://host:port). Refused at start: hotswap's driver-side state cannot
+    # live behind Spark Connect (README, "Running on a cluster").
+    spark_remote: str | None = None
     spark_driver_memory: str = "1g"
     spark_conf: dict[str, str] = Field(default_factory=dict)
     spark_log_level: Literal["ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"] = "ERROR"
@@ -113,6 +117,13 @@ class Settings(BaseSettings):
     @classmethod
     def _duration(cls, value: str) -> str:
         return _checked_duration(value)
+
+    @field_validator("spark_remote")
+    @classmethod
+    def _connect_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("sc://"):
+            raise ValueError(f"{value!r} is not a Spark Connect URL (sc://host:port)")
+        return value
 
     @field_validator("idle_timeout")
     @classmethod

@@ -21,3 +21,7 @@ class SubmitRejected(ExecutorError):
 
 class SwapFailed(ExecutorError):
     """A swap ended in failed or aborted, or did not finish in time."""
+
+
+class SparkConnectUnsupported(ExecutorError):
+    """The Spark target is a Spark Connect server, which cannot host hotswap's driver-side state."""

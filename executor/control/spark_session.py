@@ -3,7 +3,7 @@
 Local mode is the default; a cluster master URL or extra Spark conf comes from settings
 (`spark_master`, `spark_conf`), so moving to a cluster changes configuration, not code.
 Spark's Kafka connector comes from the jars directory if it holds it, else from Maven Central
-(see `connector_conf`).
+(see `connector_conf`). Spark Connect is refused (`check_spark_target`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import structlog
 from pyspark.sql import SparkSession
 
 from contract.settings import Settings
+from executor.errors import SparkConnectUnsupported
 from executor.spark_connector import connector_package, local_connector_jars
 
 log = structlog.get_logger(__name__)
@@ -40,12 +41,58 @@ _DEFAULT_CONF = {
     "spark.sql.streaming.ui.retainedProgressUpdates": "20",
     # hotswap needs neither pandas nor pyarrow; plain Python UDFs (in user .py queries) stay plain.
     "spark.sql.execution.pythonUDF.arrow.enabled": "false",
-    "spark.driver.bindAddress": "127.0.0.1",
-    "spark.driver.host": "127.0.0.1",
     # A larger thread stack: Spark matches long Python tracebacks (a foreachBatch interrupted by
     # stop()) with a recursive regex that overflows the default 1 MB stack.
     "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -Xss16m",
 }
+
+# Only in local mode: on a cluster, executors on other machines must reach the driver at an address
+# they can route to, which Spark finds itself (or SPARK_LOCAL_IP / spark.driver.host say).
+_LOCAL_CONF = {
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.driver.host": "127.0.0.1",
+}
+
+_CONNECT_REFUSED = (
+    "Spark Connect is not supported ({target}): hotswap routes each batch in a foreachBatch that shares "
+    "state with the executor's Python process and reads query plans and checkpoints through the driver's "
+    "JVM, and a Spark Connect client has neither; run the executor as the Spark driver with --spark-master "
+    "(local[*], spark://..., k8s://...) instead"
+)
+
+
+def is_local_master(master: str) -> bool:
+    """Whether the driver runs every task itself (local, local[N], local[*], local-cluster[...])."""
+    return master == "local" or master.startswith(("local[", "local-cluster["))
+
+
+def check_spark_target(settings: Settings) -> None:
+    """Refuse, before anything starts, every way PySpark could be steered into Spark Connect mode."""
+    conf = settings.spark_conf
+    candidates = {
+        "--spark-remote": settings.spark_remote,
+        "spark.remote": conf.get("spark.remote"),
+        "spark.api.mode": conf.get("spark.api.mode") if conf.get("spark.api.mode", "").lower() == "connect" else None,
+        "SPARK_REMOTE": os.environ.get("SPARK_REMOTE"),
+        "SPARK_API_MODE": os.environ.get("SPARK_API_MODE")
+        if os.environ.get("SPARK_API_MODE", "").lower() == "connect"
+        else None,
+        "--spark-master": settings.spark_master if settings.spark_master.startswith("sc://") else None,
+    }
+    for origin, value in candidates.items():
+        if value:
+            raise SparkConnectUnsupported(_CONNECT_REFUSED.format(target=f"{origin} {value}"))
+
+
+def session_conf(settings: Settings) -> dict[str, str]:
+    """Every Spark conf the session is built with, settings' own last."""
+    return {
+        **_DEFAULT_CONF,
+        **(_LOCAL_CONF if is_local_master(settings.spark_master) else {}),
+        "spark.driver.memory": settings.spark_driver_memory,
+        **connector_conf(settings),
+        **settings.spark_conf,  # last: settings override every default
+    }
 
 
 def connector_conf(settings: Settings) -> dict[str, str]:
@@ -63,18 +110,16 @@ def connector_conf(settings: Settings) -> dict[str, str]:
 
 
 def build_spark_session(settings: Settings) -> SparkSession:
+    check_spark_target(settings)
     # Without these, Python workers fail to connect back to the driver (docs/architecture.md, "Known traps").
+    # On a cluster, executors start Python workers with the driver's interpreter path: the same
+    # virtualenv must exist at that path on every worker (or PYSPARK_PYTHON names theirs).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if is_local_master(settings.spark_master):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.master(settings.spark_master).appName(f"hotswap-{settings.namespace}")
-    conf = {
-        **_DEFAULT_CONF,
-        "spark.driver.memory": settings.spark_driver_memory,
-        **connector_conf(settings),
-        **settings.spark_conf,  # last: settings override every default
-    }
-    for key, value in conf.items():
+    for key, value in session_conf(settings).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark_log_level.upper())

@@ -69,6 +69,14 @@ def run(
     namespace: NamespaceOpt = None,
     log_format: Annotated[str | None, typer.Option(help="console or json.")] = None,
     keep_retired_topics: Annotated[bool | None, typer.Option(help="Keep a retired graph's topic.")] = None,
+    spark_master: Annotated[
+        str | None,
+        typer.Option(help="Spark master: local[*], spark://HOST:PORT, k8s://https://HOST:PORT (default local[2])."),
+    ] = None,
+    spark_remote: Annotated[
+        str | None,
+        typer.Option(help="Spark Connect URL (sc://HOST:PORT): refused, see README 'Running on a cluster'."),
+    ] = None,
     lease_wait: Annotated[
         str | None,
         typer.Option(help="Wait this long for a stalled executor's lease to expire (default 20s; 0s: refuse at once)."),
@@ -88,7 +96,7 @@ def run(
     from execution_graph.source import load_query_source
     from executor.control.controller import Executor
     from executor.control.lease import Lease
-    from executor.control.spark_session import build_spark_session
+    from executor.control.spark_session import build_spark_session, check_spark_target
     from executor.operator.client import redis_client
 
     settings = ctx.obj.settings(
@@ -100,7 +108,10 @@ def run(
         log_format=log_format,
         keep_retired_topics=keep_retired_topics,
         lease_wait=lease_wait,
+        spark_master=spark_master,
+        spark_remote=spark_remote,
     )
+    check_spark_target(settings)  # before the lease or Redis: a target that cannot work changes nothing
     source = load_query_source(query, name)
     client = redis_client(settings)
     Lease(client, Keys(settings.namespace).lease, settings.lease_ttl_ms).wait_until_free(settings.lease_wait_s)

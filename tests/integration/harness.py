@@ -226,8 +226,10 @@ class ExecutorProcess:
         log_dir: Path,
         crash_at: str | None = None,
         args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
     ) -> None:
         extra = {CRASH_ENV: crash_at} if crash_at else {}
+        extra.update(env or {})
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / f"executor-{crash_at or 'run'}-{time.monotonic_ns()}.log"
         self._log = self.log_path.open("wb")

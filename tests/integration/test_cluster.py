@@ -1,0 +1,84 @@
+"""Issue 12: the swap on a Spark standalone cluster.
+
+`hotswap run --spark-master spark://...` runs as its own process, the Spark driver of an
+application whose tasks run in two executor JVMs, one per worker. Three swaps under load must keep
+every invariant, checked against the same offline recomputation as on local Spark (test_swap.py).
+Checkpoints stay on the local file system, which the driver and both executors share here; on a
+cluster of several machines the checkpoint root must be a store they all see (README, "Running on
+a cluster").
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from contract.names import Keys
+from contract.settings import Settings
+from executor.operator.client import Client
+from tests.conftest import wait_until
+from tests.integration.harness import ExecutorProcess
+from tests.integration.oracle import KEEP_EVERY_BATCH
+from tests.integration.scenarios import COUNT_10S, assert_three_swaps_keep_every_invariant, three_swaps_under_load
+from tests.integration.spark_cluster import EXECUTOR_CONF, WORKER_UI_PORTS, StandaloneCluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"))
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
+
+
+def workers_running_executors(cluster: StandaloneCluster) -> int:
+    """How many workers give a core to an application (each runs one executor of one core)."""
+    state = cluster.state() or {}
+    return sum(1 for worker in state.get("workers", []) if worker.get("coresused", 0) > 0)
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    return "\n".join(path.read_bytes().decode(errors="replace").splitlines()[-lines:])
+
+
+def test_three_swaps_on_a_standalone_cluster_keep_every_invariant(
+    settings: Settings, client: Client, control: redis.Redis, spark_cluster: StandaloneCluster, tmp_path: Path
+) -> None:
+    conf = {**KEEP_EVERY_BATCH, **EXECUTOR_CONF}
+    executor = ExecutorProcess(
+        settings,
+        COUNT_10S,
+        tmp_path / "logs",
+        args=("--spark-master", spark_cluster.master_url),
+        env={"HOTSWAP_SPARK_CONF": json.dumps(conf)},
+    )
+    try:
+        executor.wait_serving(control, Keys(settings.namespace))
+        wait_until(
+            lambda: workers_running_executors(spark_cluster) == len(WORKER_UI_PORTS), 120, "an executor on each worker"
+        )
+        apps = [app["name"] for app in (spark_cluster.state() or {}).get("activeapps", [])]
+        assert apps == [f"hotswap-{settings.namespace}"]
+        run = three_swaps_under_load(settings, client)
+    except BaseException:
+        print(spark_cluster.describe())
+        print(f"--- {executor.log_path}\n{tail(executor.log_path)}")
+        raise
+    finally:
+        executor.stop()
+
+    assert_three_swaps_keep_every_invariant(settings, client, run)
+    # Tasks ran in the executor JVMs that both workers launched, not in the driver.
+    worked = {
+        path.relative_to(spark_cluster.root).parts[0]
+        for path in spark_cluster.executor_logs()
+        if "Finished task" in path.read_text(errors="replace")
+    }
+    assert worked == {f"worker-{index}" for index in range(len(WORKER_UI_PORTS))}
