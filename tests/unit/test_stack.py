@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
@@ -19,7 +21,16 @@ from executor.errors import StackError
 from executor.spark_connector import COMPLETE_MARKER, CONNECTOR_ARTIFACTS
 from executor.stack import EmbeddedStack
 from executor.stack.kafka import KafkaBroker, cluster_of
-from executor.stack.process import START_BANNER, Proc, ProcessState, failure_hint, is_ours, listens, started_after_boot
+from executor.stack.process import (
+    START_BANNER,
+    Proc,
+    ProcessState,
+    failure_hint,
+    is_ours,
+    listens,
+    started_after_boot,
+    terminate_all,
+)
 from executor.stack.redis import mask_url
 
 NO_SUCH_PID = 2**22 + 1  # above Linux's largest pid_max
@@ -169,6 +180,25 @@ def test_an_entry_is_ours_only_while_pid_start_and_command_line_all_match() -> N
     assert not is_ours(replace(me, markers=("kafka.Kafka",)))  # some other command
     assert not is_ours(replace(me, pid=NO_SUCH_PID))
     assert ProcessState(Path("/nonexistent")).live() == {}
+
+
+def test_the_nodes_of_a_cluster_are_stopped_together(tmp_path: Path) -> None:
+    # All get SIGTERM at once and exit on it: none is left for the SIGKILL after the grace.
+    children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"node-{n}"]) for n in (1, 2, 3)]
+    try:
+        procs: list[Proc] = []
+        for child in children:
+            started = started_after_boot(child.pid)
+            assert started is not None
+            procs.append(Proc(child.pid, started, (f"node-{len(procs) + 1}",), ""))
+        terminate_all(procs, grace_s=5.0)
+        assert not [proc for proc in procs if is_ours(proc)]
+        assert [child.wait(timeout=5) for child in children] == [-15, -15, -15]  # SIGTERM, not SIGKILL
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
 
 
 def test_listening_is_checked_per_process_and_port() -> None:
