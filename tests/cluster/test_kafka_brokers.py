@@ -142,10 +142,12 @@ def test_a_broker_killed_during_the_drain_leaves_every_invariant_intact(
         old_topic,
     ]
     spec = GeneratorSpec(rate=300, keys=3, seed=120, disorder_ms=500, time_scale=10, start_ts=T0)
-    with continuous_load(settings, spec) as load:
-        executor = ExecutorProcess(settings, COUNT_10S, tmp_path)
-        try:
-            executor.wait_serving(control, keys)
+    # The executor starts first: it creates the missing source topic with hotswap's replication (the
+    # generator's producer would have it auto-created with the brokers' defaults).
+    executor = ExecutorProcess(settings, COUNT_10S, tmp_path)
+    try:
+        executor.wait_serving(control, keys)
+        with continuous_load(settings, spec) as load:
             wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 20_000, 180, "first windows")
             for topic in hotswaps_topics:
                 assert all(len(p["replica_nodes"]) == BROKERS for p in partitions_of(settings, topic)), topic
@@ -171,8 +173,8 @@ def test_a_broker_killed_during_the_drain_leaves_every_invariant_intact(
             wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 60_000, 180, "new windows")
             load.stop()
             truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
-        finally:
-            executor.stop()
+    finally:
+        executor.stop()
 
     # The broker died while the old graph was still draining, not after.
     assert before_kill.state is SwapPhase.DRAINING, f"the broker was killed in {before_kill.state}, not draining"
