@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -50,6 +50,8 @@ class Settings(BaseSettings):
     kafka_ssl_cafile: Path | None = None
 
     # The embedded stack (used when kafka_bootstrap / redis_url are not set).
+    # With several brokers, node i (1..n) listens on kafka_port + i - 1 and kafka_controller_port + i - 1.
+    kafka_brokers: int = Field(default=1, ge=1, le=9)
     kafka_port: int = 9092
     kafka_controller_port: int = 9093
     kafka_heap: str = "384m"
@@ -70,6 +72,9 @@ class Settings(BaseSettings):
     sink_topic: str = "results"
     source_partitions: int = Field(default=2, ge=1)
     topic_replication_factor: int = Field(default=1, ge=1)
+    # min.insync.replicas of the topics hotswap creates; None keeps the broker's default. With acks=all
+    # a write then needs this many replicas, so a broker may die without losing an acknowledged row.
+    topic_min_insync_replicas: int | None = Field(default=None, ge=1)
     window: str = "10s"
     lateness: str = "5s"
     # A partition with no new rows for this long stops holding the service watermark back; when
@@ -130,6 +135,26 @@ class Settings(BaseSettings):
     def _duration_or_off(cls, value: str) -> str:
         return "off" if value.strip().lower() == "off" else _checked_duration(value)
 
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        isr = self.topic_min_insync_replicas
+        if isr is not None and isr > self.topic_replication_factor:
+            raise ValueError(
+                f"topic_min_insync_replicas ({isr}) is above topic_replication_factor "
+                f"({self.topic_replication_factor}): no write could ever be acknowledged; lower it or add replicas"
+            )
+        if self.kafka_bootstrap is None and self.kafka_brokers > 1:
+            brokers = set(self.embedded_kafka_ports)
+            controllers = set(self.embedded_controller_ports)
+            if brokers & controllers:
+                n = self.kafka_brokers
+                raise ValueError(
+                    f"the {n} embedded brokers' ports {self.kafka_port}-{self.kafka_port + n - 1} and their "
+                    f"controller ports {self.kafka_controller_port}-{self.kafka_controller_port + n - 1} overlap; "
+                    f"set kafka_controller_port (HOTSWAP_KAFKA_CONTROLLER_PORT) to {self.kafka_port + 100}, say"
+                )
+        return self
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -189,8 +214,19 @@ class Settings(BaseSettings):
         return (self.jars_dir or self.home / "jars").resolve()
 
     @property
+    def embedded_kafka_ports(self) -> tuple[int, ...]:
+        """The client ports of the embedded brokers, node 1 first."""
+        return tuple(self.kafka_port + i for i in range(self.kafka_brokers))
+
+    @property
+    def embedded_controller_ports(self) -> tuple[int, ...]:
+        """The KRaft controller ports of the embedded brokers, node 1 first."""
+        return tuple(self.kafka_controller_port + i for i in range(self.kafka_brokers))
+
+    @property
     def bootstrap(self) -> str:
-        return self.kafka_bootstrap or f"127.0.0.1:{self.kafka_port}"
+        # Every embedded broker: a client must find the cluster while any one of them is down.
+        return self.kafka_bootstrap or ",".join(f"127.0.0.1:{port}" for port in self.embedded_kafka_ports)
 
     @property
     def redis_dsn(self) -> str:

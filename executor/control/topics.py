@@ -1,5 +1,7 @@
-"""Kafka topics the executor creates and removes: graph input topics, late and dead-letter.
+"""Kafka topics the executor creates and removes: graph input topics, late and dead-letter, and the
+source and results topics when they are missing.
 
+Each is created with `topic_replication_factor` replicas and, when set, `topic_min_insync_replicas`.
 Every admin call retries transient errors (a broker restarting, a controller moving) until
 `retry_deadline`, then fails with a one-line reason.
 """
@@ -13,7 +15,12 @@ from typing import TypeVar
 import structlog
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.admin import NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from kafka.errors import (
+    InvalidReplicationFactorError,
+    KafkaError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 
 from contract.errors import TimeoutExpired
 from contract.settings import Settings
@@ -23,6 +30,13 @@ from executor.errors import ExecutorError
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
+
+
+class TooFewBrokers(KafkaError):  # type: ignore[misc]
+    """Kafka has fewer live brokers than the replicas a new topic asks for. Retried like any transient
+    error: a broker that is restarting comes back within the retry deadline."""
+
+    retriable = True
 
 
 class Topics:
@@ -69,14 +83,20 @@ class Topics:
         self, topic: str, partitions: int, configs: dict[str, str] | None = None, timeout_s: float = 30.0
     ) -> None:
         """Create the topic if missing and wait until its metadata is visible."""
-        new = NewTopic(topic, partitions, self._settings.topic_replication_factor, topic_configs=configs or {})
+        replicas = self._settings.topic_replication_factor
+        new = NewTopic(topic, partitions, replicas, topic_configs=topic_configs(self._settings, configs))
 
         def create(admin: KafkaAdminClient) -> None:
             try:
                 admin.create_topics([new], timeout_ms=15000)
-                log.info("topic created", topic=topic, partitions=partitions)
+                log.info("topic created", topic=topic, partitions=partitions, replicas=replicas)
             except TopicAlreadyExistsError:
                 pass
+            except InvalidReplicationFactorError as exc:
+                raise TooFewBrokers(
+                    f"topic {topic} needs {replicas} replicas, more than the brokers Kafka has alive; start the "
+                    "missing brokers or lower topic_replication_factor (HOTSWAP_TOPIC_REPLICATION_FACTOR)"
+                ) from exc
 
         self._call(f"creating topic {topic}", create)
         deadline = time.monotonic() + timeout_s
@@ -108,3 +128,11 @@ class Topics:
                 admin.close()
             except KafkaError as exc:
                 log.debug("admin client not closed cleanly", error=str(exc))
+
+
+def topic_configs(settings: Settings, configs: dict[str, str] | None = None) -> dict[str, str]:
+    """The configs a topic hotswap creates gets: the caller's, and min.insync.replicas when set."""
+    merged = dict(configs or {})
+    if settings.topic_min_insync_replicas is not None:
+        merged["min.insync.replicas"] = str(settings.topic_min_insync_replicas)
+    return merged

@@ -56,8 +56,13 @@ def retry_transient(
             if clock() + backoff > deadline:
                 raise TransientErrorsPersisted(
                     f"{what} failed {attempts} times in {deadline_s:.0f}s with transient Kafka errors "
-                    f"(last: {type(exc).__name__}); check the brokers, then retry"
+                    f"(last: {_one_line(exc)}); check the brokers, then retry"
                 ) from exc
             log.warning("transient Kafka error; retrying", what=what, error=type(exc).__name__, attempt=attempts)
             sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+
+def _one_line(exc: KafkaError) -> str:
+    """The error's class and, when it has one, its message (which may say what to do), on one line."""
+    return " ".join(str(exc).split())[:300]

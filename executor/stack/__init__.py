@@ -1,7 +1,9 @@
-"""The embedded stack: a single-node KRaft Kafka broker and a Redis server, run as plain processes.
+"""The embedded stack: a KRaft Kafka broker (or a cluster of `kafka_brokers` of them) and a Redis
+server, run as plain processes.
 
 `hotswap stack up|down|status`, the tests and the demo use it. Everything it writes lives under
-`settings.home`: the fetched jars (`jars/`), the broker's config, data and log (`kafka/`), Redis's
+`settings.home`: the fetched jars (`jars/`), the broker's config, data and log (`kafka/`, or
+`kafka-cluster/node-<id>/` per node of a cluster), Redis's
 append-only file and log (`redis/`), and `stack.json`, the pids of the processes it started.
 
 Services named in settings (`kafka_bootstrap`, `redis_url`) are external: the stack never starts

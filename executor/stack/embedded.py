@@ -12,8 +12,16 @@ import structlog
 from contract.settings import Settings
 from executor.errors import StackError
 from executor.stack import jars
-from executor.stack.kafka import KafkaBroker
-from executor.stack.process import Proc, ProcessState, failure_hint, is_ours, listens, port_open, terminate
+from executor.stack.kafka import KafkaBroker, cluster_of
+from executor.stack.process import (
+    Proc,
+    ProcessState,
+    failure_hint,
+    is_ours,
+    listens,
+    port_open,
+    terminate_all,
+)
 from executor.stack.redis import RedisServer
 from executor.stack.service import Service
 
@@ -28,7 +36,7 @@ RACE_GRACE_S = 10.0
 class ServiceStatus:
     """One service of the stack as seen right now."""
 
-    name: str  # "kafka" or "redis"
+    name: str  # "kafka" (or "kafka-1", "kafka-2", ... for a cluster's nodes) or "redis"
     address: str  # "127.0.0.1:9092" / "redis://127.0.0.1:6379/0", passwords masked
     managed: bool  # True if the embedded stack runs it (its pid is in our state file)
     pid: int | None
@@ -36,14 +44,17 @@ class ServiceStatus:
 
 
 class EmbeddedStack:
-    """Fetches, starts, checks and stops the embedded Kafka broker and Redis server."""
+    """Fetches, starts, checks and stops the embedded Kafka broker (or brokers) and Redis server."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.home = settings.home.expanduser().resolve()
-        self.kafka = KafkaBroker(settings, self.home)
+        # External brokers are one service: the stack only asks whether they answer.
+        nodes = 1 if settings.kafka_bootstrap is not None else settings.kafka_brokers
+        self.brokers = tuple(KafkaBroker(settings, self.home, node) for node in range(1, nodes + 1))
+        self.kafka = self.brokers[0]
         self.redis = RedisServer(settings, self.home)
-        self.services: tuple[Service, ...] = (self.kafka, self.redis)
+        self.services: tuple[Service, ...] = (*self.brokers, self.redis)
         self.state = ProcessState(self.home)
 
     # ------------------------------------------------------------------ jars
@@ -79,8 +90,9 @@ class EmbeddedStack:
                 raise StackError(
                     "redis-server is not on PATH; install the Debian package redis-server (`make` does it)"
                 )
+            brokers = [broker for broker in self.brokers if broker.name in to_start]
             kafka_jars: Path | None = None
-            if "kafka" in to_start:
+            if brokers:
                 if shutil.which("java") is None:
                     raise StackError("java is not on PATH; install a Java 17 runtime (`make` does it)")
                 kafka_jars = self.kafka_jars()  # may take minutes the first time: before the deadline starts
@@ -90,31 +102,44 @@ class EmbeddedStack:
                 state["redis"] = self.redis.start(redis_server)
                 self.state.write(state)
             if kafka_jars is not None:
-                state["kafka"] = self.kafka.start(kafka_jars)
-                self.state.write(state)
+                cluster = cluster_of(self.settings, self.home)
+                for broker in brokers:
+                    state[broker.name] = broker.start(kafka_jars, cluster)
+                    self.state.write(state)
 
             self._wait_until_answering(state, foreign, began + timeout_s, timeout_s)
+            if len(self.brokers) > 1:
+                self._wait_for_every_broker(began + timeout_s, timeout_s)
             log.info("stack.up", seconds=round(time.monotonic() - began, 1), started=to_start)
             return [self._status(service, state, healthy=True) for service in self.services]
 
     def down(self) -> list[str]:
-        """Stop the processes this stack started (SIGTERM, wait, SIGKILL); return the names stopped."""
+        """Stop the processes this stack started (SIGTERM, wait, SIGKILL); return the names stopped.
+        Every process in the state file is stopped, whatever the settings now say (a cluster of
+        another size, say): the file, not the settings, knows what was started."""
         if not self.home.is_dir():
             return []
         stopped: list[str] = []
         with self.state.lock():
             state = self.state.read()
-            for service in self.services:
-                proc = state.get(service.name)
-                if proc is None:
+            for name, proc in list(state.items()):
+                if not is_ours(proc):
+                    log.info("stack.stale_entry", service=name, pid=proc.pid)
+                    del state[name]
+            self.state.write(state)
+            brokers = sorted(name for name in state if name.startswith("kafka"))
+            # Brokers first and together (see terminate_all), then Redis.
+            for group, grace_s in ((brokers, self.kafka.stop_grace_s), (["redis"], self.redis.stop_grace_s)):
+                procs = [state[name] for name in group if name in state]
+                if not procs:
                     continue
-                if is_ours(proc):
-                    log.info("stack.stopping", service=service.name, pid=proc.pid)
-                    terminate(proc, service.stop_grace_s)
-                    stopped.append(service.name)
-                else:
-                    log.info("stack.stale_entry", service=service.name, pid=proc.pid)
-                del state[service.name]
+                for name in group:
+                    if name in state:
+                        log.info("stack.stopping", service=name, pid=state[name].pid)
+                terminate_all(procs, grace_s)
+                for name in group:
+                    if state.pop(name, None) is not None:
+                        stopped.append(name)
                 self.state.write(state)
         return stopped
 
@@ -163,6 +188,23 @@ class EmbeddedStack:
                 return
             if time.monotonic() >= deadline:
                 raise StackError(self._not_up_message(list(waiting.values()), state, foreign, timeout_s))
+            time.sleep(POLL_S)
+
+    def _wait_for_every_broker(self, deadline: float, timeout_s: float) -> None:
+        """Until the cluster's metadata lists every node: a topic with as many replicas as there are
+        brokers can only be created once each has registered with the controller."""
+        wanted = {broker.node for broker in self.brokers}
+        seen: set[int] = set()
+        while True:
+            seen = self.kafka.registered_nodes()
+            if wanted <= seen:
+                return
+            if time.monotonic() >= deadline:
+                missing = ", ".join(str(node) for node in sorted(wanted - seen))
+                raise StackError(
+                    f"stack not up after {timeout_s:.0f}s: Kafka node(s) {missing} answer but have not joined the "
+                    f"cluster; see their kafka.log under {self.home}, or `hotswap stack down` and up again"
+                )
             time.sleep(POLL_S)
 
     def _taken_meanwhile(self, service: Service, deadline: float) -> bool:

@@ -1,8 +1,11 @@
-"""The embedded Kafka broker: one JVM that is both broker and KRaft controller, under `<home>/kafka/`."""
+"""The embedded Kafka: one JVM that is both broker and KRaft controller under `<home>/kafka/`, or, with
+`kafka_brokers` > 1, a cluster of such JVMs under `<home>/kafka-cluster/node-<id>/` sharing one
+cluster id and one static controller quorum."""
 
 from __future__ import annotations
 
 import base64
+import json
 import shutil
 import subprocess
 import uuid
@@ -23,23 +26,35 @@ log = structlog.get_logger(__name__)
 
 KAFKA_LOG4J_CONFIG = KAFKA_POM_DIR / "log4j2.yaml"
 FORMAT_TIMEOUT_S = 120.0
+CLUSTER_DIR = "kafka-cluster"
+CLUSTER_FILE = "cluster.json"
+# Internal topics never ask for more replicas than this, however many brokers run.
+MAX_INTERNAL_REPLICAS = 3
 
 
 class KafkaBroker(Service):
-    """The embedded broker, or the external brokers that settings name (then only `answers` is used)."""
+    """One embedded broker (node `node` of `settings.kafka_brokers`), or the external brokers that
+    settings name (then only `answers` is used)."""
 
-    name = "kafka"
     title = "Kafka"
     env = "HOTSWAP_KAFKA_BOOTSTRAP"
     stop_grace_s = 30.0  # a broker flushes and closes its logs on SIGTERM
 
-    def __init__(self, settings: Settings, home: Path) -> None:
+    def __init__(self, settings: Settings, home: Path, node: int = 1) -> None:
+        self.node = node
+        self.clustered = settings.kafka_brokers > 1 and settings.kafka_bootstrap is None
+        # The single broker keeps the name and directory it always had; a cluster's nodes are numbered.
+        self.name = f"kafka-{node}" if self.clustered else "kafka"
+        if self.clustered:
+            self.title = f"Kafka node {node}"
         super().__init__(
             settings,
             home,
             external=settings.kafka_bootstrap is not None,
-            ports=(settings.kafka_port, settings.kafka_controller_port),
+            ports=(settings.kafka_port + node - 1, settings.kafka_controller_port + node - 1),
         )
+        if self.clustered:
+            self.dir = home / CLUSTER_DIR / f"node-{node}"
 
     def address(self) -> str:
         return self.settings.kafka_bootstrap or f"{LOCALHOST}:{self.port}"
@@ -66,32 +81,65 @@ class KafkaBroker(Service):
             admin.close()
         return True
 
+    def registered_nodes(self) -> set[int]:
+        """The node ids of the brokers the cluster lists as registered and unfenced now (empty if it
+        cannot be asked)."""
+        try:
+            admin = KafkaAdminClient(
+                **self.settings.kafka_python_config(),
+                client_id="hotswap-stack-probe",
+                bootstrap_timeout_ms=2000,
+                request_timeout_ms=2000,
+            )
+        except (KafkaError, OSError):
+            return set()
+        try:
+            cluster = admin.describe_cluster()
+        except (KafkaError, OSError):
+            return set()
+        finally:
+            admin.close()
+        return {int(b["broker_id"]) for b in cluster.get("brokers", []) if not b.get("is_fenced", False)}
+
     def server_properties(self) -> str:
         """The broker's config file, written on every start."""
-        controller = self.settings.kafka_controller_port
+        controller = self.ports[1]
         listeners = f"PLAINTEXT://{LOCALHOST}:{self.port},CONTROLLER://{LOCALHOST}:{controller}"
+        # Internal topics get as many replicas as there are brokers (up to 3) and tolerate one loss.
+        replicas = min(self.settings.kafka_brokers, MAX_INTERNAL_REPLICAS) if self.clustered else 1
+        internal_isr = max(1, replicas - 1)
+        if self.clustered:
+            # Every node is broker and controller; the voters are fixed (a static quorum), so the storage
+            # is formatted without --standalone and every node lists them all.
+            voters = ",".join(
+                f"{node}@{LOCALHOST}:{port}" for node, port in enumerate(self.settings.embedded_controller_ports, 1)
+            )
+            quorum: dict[str, Any] = {"controller.quorum.voters": voters}
+        else:
+            quorum = {"controller.quorum.bootstrap.servers": f"{LOCALHOST}:{controller}"}
         props: dict[str, Any] = {
-            # Single node, KRaft: this process is both the broker and the (only) controller.
+            # KRaft: this process is both a broker and a controller (the only one, unless clustered).
             "process.roles": "broker,controller",
-            "node.id": 1,
-            "controller.quorum.bootstrap.servers": f"{LOCALHOST}:{controller}",
+            "node.id": self.node,
+            **quorum,
             "listeners": listeners,
             "advertised.listeners": listeners,
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
             "log.dirs": self.dir / "data",
-            # One replica of everything; few partitions for internal topics too.
+            # Few partitions for internal topics too. min.insync.replicas stays Kafka's default of 1:
+            # hotswap sets it on its own topics (topic_min_insync_replicas).
             "num.partitions": 2,
-            "default.replication.factor": 1,
+            "default.replication.factor": replicas,
             "min.insync.replicas": 1,
-            "offsets.topic.replication.factor": 1,
+            "offsets.topic.replication.factor": replicas,
             "offsets.topic.num.partitions": 4,
-            "transaction.state.log.replication.factor": 1,
-            "transaction.state.log.min.isr": 1,
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": internal_isr,
             "transaction.state.log.num.partitions": 4,
-            "share.coordinator.state.topic.replication.factor": 1,
-            "share.coordinator.state.topic.min.isr": 1,
+            "share.coordinator.state.topic.replication.factor": replicas,
+            "share.coordinator.state.topic.min.isr": internal_isr,
             "share.coordinator.state.topic.num.partitions": 4,
             "group.initial.rebalance.delay.ms": 0,
             "auto.create.topics.enable": "true",
@@ -114,8 +162,9 @@ class KafkaBroker(Service):
         lines += [f"{key}={value}" for key, value in props.items()]
         return "\n".join(lines) + "\n"
 
-    def start(self, jars: Path) -> Proc:
-        """Write the config, format the storage on first start, and start the broker detached."""
+    def start(self, jars: Path, cluster: str) -> Proc:
+        """Write the config, format the storage on first start (as part of the cluster with id
+        `cluster`), and start the broker detached."""
         if not KAFKA_LOG4J_CONFIG.is_file():
             raise StackError(f"{KAFKA_LOG4J_CONFIG} is missing; run hotswap from a complete checkout")
         data = self.dir / "data"
@@ -125,7 +174,7 @@ class KafkaBroker(Service):
         logfile = self.dir / "kafka.log"
         rotate(logfile)
         if not (data / "meta.properties").is_file():
-            self._format_storage(jars, server_properties, logfile)
+            self._format_storage(jars, server_properties, logfile, cluster)
         heap = self.settings.kafka_heap
         command = [
             _java(),
@@ -141,18 +190,20 @@ class KafkaBroker(Service):
             "kafka.Kafka",
             str(server_properties),
         ]
-        log.info("stack.kafka.starting", port=self.port, log=str(logfile))
+        log.info("stack.kafka.starting", node=self.node, port=self.port, log=str(logfile))
         return spawn(self.title, command, logfile, self.dir, ("kafka.Kafka", str(server_properties)))
 
-    def _format_storage(self, jars: Path, server_properties: Path, logfile: Path) -> None:
+    def _format_storage(self, jars: Path, server_properties: Path, logfile: Path, cluster: str) -> None:
+        # --standalone goes with controller.quorum.bootstrap.servers; a static quorum formats without it.
+        standalone = [] if self.clustered else ["--standalone"]
         command = [
             _java(),
             *_java_args(jars),
             "kafka.tools.StorageTool",
             "format",
-            "--standalone",
+            *standalone,
             "-t",
-            cluster_id(),
+            cluster,
             "-c",
             str(server_properties),
         ]
@@ -169,7 +220,37 @@ class KafkaBroker(Service):
             raise StackError(
                 f"formatting Kafka's storage failed ({detail}); see {logfile}, or delete {self.dir / 'data'}"
             )
-        log.info("stack.kafka.formatted", data=str(self.dir / "data"))
+        log.info("stack.kafka.formatted", node=self.node, data=str(self.dir / "data"))
+
+
+def cluster_of(settings: Settings, home: Path) -> str:
+    """The cluster id the embedded brokers' storage is formatted with. A single broker gets a new one
+    (it is formatted once, alone). A cluster's id and size are kept in `<home>/kafka-cluster/cluster.json`,
+    so a node formatted later joins the same cluster, and a cluster is never restarted at another size
+    (its static quorum is written into every node's storage)."""
+    if settings.kafka_brokers == 1:
+        return cluster_id()
+    directory = home / CLUSTER_DIR
+    path = directory / CLUSTER_FILE
+    try:
+        recorded = json.loads(path.read_text())
+    except FileNotFoundError:
+        recorded = None
+    except (OSError, ValueError) as exc:
+        raise StackError(f"{path} is unreadable ({exc}); delete {directory} to start the cluster afresh") from exc
+    if recorded is None:
+        directory.mkdir(parents=True, exist_ok=True)
+        recorded = {"cluster_id": cluster_id(), "brokers": settings.kafka_brokers}
+        path.write_text(json.dumps(recorded) + "\n")
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("cluster_id"), str):
+        raise StackError(f"{path} does not name a cluster id; delete {directory} to start the cluster afresh")
+    if recorded.get("brokers") != settings.kafka_brokers:
+        raise StackError(
+            f"the embedded Kafka cluster in {directory} has {recorded.get('brokers')} brokers, not "
+            f"{settings.kafka_brokers}; set HOTSWAP_KAFKA_BROKERS={recorded.get('brokers')}, or stop it and delete "
+            f"{directory} to start one of {settings.kafka_brokers}"
+        )
+    return str(recorded["cluster_id"])
 
 
 def cluster_id() -> str:

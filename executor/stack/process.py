@@ -29,7 +29,8 @@ from executor.errors import StackError
 log = structlog.get_logger(__name__)
 
 LOCALHOST = "127.0.0.1"
-SERVICES = ("kafka", "redis")
+# The services a state file may name: the broker, a cluster's numbered nodes, and Redis.
+SERVICE_NAME = re.compile(r"kafka|kafka-[1-9]|redis")
 KILL_WAIT_S = 5.0
 # Two readings of one process's start differ by up to a second: psutil derives it from the boot
 # time, which the kernel reports in whole seconds and which can tick between two reads.
@@ -92,8 +93,9 @@ class ProcessState:
         if not isinstance(raw, dict):
             return {}
         state: dict[str, Proc] = {}
-        for name in SERVICES:
-            if name not in raw:
+        for name in sorted(raw):
+            if not SERVICE_NAME.fullmatch(name):
+                log.warning("stack.state_entry_unknown", service=name, path=str(self.path))
                 continue
             proc = Proc.from_json(raw[name])
             if proc is None:  # say, written by an older hotswap: we cannot tell whether that pid is ours
@@ -152,6 +154,26 @@ def spawn(title: str, command: list[str], logfile: Path, cwd: Path, markers: tup
             f"{title} exited at once{f' ({hint})' if hint else ''}; see {logfile}, fix it and run up again"
         )
     return Proc(pid, started, markers, str(logfile))
+
+
+def terminate_all(procs: list[Proc], grace_s: float) -> None:
+    """SIGTERM every process at once, wait up to `grace_s` for all, then SIGKILL what is left.
+    The nodes of a Kafka cluster stop together: one stopped after the others would wait for a
+    controller quorum that is already gone."""
+    pending: list[Proc] = []
+    for proc in procs:
+        try:
+            if _same_process(proc):
+                psutil.Process(proc.pid).terminate()
+                pending.append(proc)
+        except psutil.NoSuchProcess:
+            continue
+        except psutil.Error as exc:
+            raise StackError(f"could not stop pid {proc.pid} ({exc}); stop it by hand with `kill {proc.pid}`") from exc
+    deadline = time.monotonic() + grace_s
+    for proc in pending:
+        if not _exits_within(proc, max(0.0, deadline - time.monotonic())):
+            terminate(proc, 0.0)  # SIGTERM again is harmless; it then kills and waits
 
 
 def is_ours(proc: Proc) -> bool:

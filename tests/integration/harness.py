@@ -196,7 +196,10 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
         "CONFIG_FILE": str(settings.home / "absent.toml"),
         "LOG_FORMAT": "json",
         "SPARK_CONF": json.dumps(KEEP_EVERY_BATCH),
+        "TOPIC_REPLICATION_FACTOR": str(settings.topic_replication_factor),
     }
+    if settings.topic_min_insync_replicas is not None:
+        values["TOPIC_MIN_INSYNC_REPLICAS"] = str(settings.topic_min_insync_replicas)
     env.update({f"HOTSWAP_{k}": v for k, v in values.items()})
     env.update(extra)
     env["PYSPARK_PYTHON"] = sys.executable

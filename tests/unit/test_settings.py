@@ -67,3 +67,28 @@ def test_names_are_derived_from_the_namespace() -> None:
     assert settings.names.graph_topic("q1") == "hotswap.prod.graph.q1"
     assert settings.names.late_topic == "hotswap.prod.late"
     assert settings.names.service_checkpoint.parts[-2:] == ("prod", "service")
+
+
+def test_replication_of_hotswaps_topics_must_leave_writes_possible() -> None:
+    settings = Settings(topic_replication_factor=3, topic_min_insync_replicas=2)
+    assert (settings.topic_replication_factor, settings.topic_min_insync_replicas) == (3, 2)
+    assert Settings().topic_min_insync_replicas is None  # the broker's default
+    with pytest.raises(ConfigError, match=r"topic_min_insync_replicas \(3\) is above topic_replication_factor \(2\)"):
+        load_settings(topic_replication_factor=2, topic_min_insync_replicas=3)
+
+
+def test_several_embedded_brokers_are_all_in_the_bootstrap_list() -> None:
+    settings = Settings(kafka_brokers=3, kafka_port=49092, kafka_controller_port=49192)
+    assert settings.bootstrap == "127.0.0.1:49092,127.0.0.1:49093,127.0.0.1:49094"
+    assert settings.kafka_python_config()["bootstrap_servers"] == settings.bootstrap.split(",")
+    assert settings.embedded_controller_ports == (49192, 49193, 49194)
+    # External brokers are named, never derived.
+    assert Settings(kafka_brokers=3, kafka_bootstrap="b1:9092").bootstrap == "b1:9092"
+
+
+def test_brokers_whose_ports_would_collide_are_refused_with_a_port_to_use() -> None:
+    # The defaults 9092/9093 suit one broker; a second broker would listen on the first one's controller port.
+    expected = r"overlap; set kafka_controller_port \(HOTSWAP_KAFKA_CONTROLLER_PORT\) to 9192"
+    with pytest.raises(ConfigError, match=expected):
+        load_settings(kafka_brokers=2)
+    assert load_settings(kafka_brokers=2, kafka_controller_port=9192).bootstrap == "127.0.0.1:9092,127.0.0.1:9093"

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
@@ -15,9 +17,20 @@ import pytest
 
 from contract.settings import Settings
 from executor.control.spark_session import connector_conf
+from executor.errors import StackError
 from executor.spark_connector import COMPLETE_MARKER, CONNECTOR_ARTIFACTS
-from executor.stack.kafka import KafkaBroker
-from executor.stack.process import START_BANNER, Proc, ProcessState, failure_hint, is_ours, listens, started_after_boot
+from executor.stack import EmbeddedStack
+from executor.stack.kafka import KafkaBroker, cluster_of
+from executor.stack.process import (
+    START_BANNER,
+    Proc,
+    ProcessState,
+    failure_hint,
+    is_ours,
+    listens,
+    started_after_boot,
+    terminate_all,
+)
 from executor.stack.redis import mask_url
 
 NO_SUCH_PID = 2**22 + 1  # above Linux's largest pid_max
@@ -51,6 +64,48 @@ def test_broker_config_binds_the_configured_ports_and_keeps_its_data_under_home(
     assert {key: value for key, value in props.items() if key.endswith("replication.factor")} == {
         key: "1" for key in props if key.endswith("replication.factor")
     }
+
+
+def _props(broker: KafkaBroker) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in broker.server_properties().splitlines() if line and line[0] != "#")
+
+
+def test_each_node_of_a_cluster_has_its_own_ports_and_data_and_lists_every_voter(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "home", kafka_brokers=3, kafka_port=49092, kafka_controller_port=49192)
+    stack = EmbeddedStack(settings)
+    home = settings.home.resolve()
+    assert [broker.name for broker in stack.services] == ["kafka-1", "kafka-2", "kafka-3", "redis"]
+    props = [_props(broker) for broker in stack.brokers]
+    assert [p["node.id"] for p in props] == ["1", "2", "3"]
+    assert props[1]["listeners"] == "PLAINTEXT://127.0.0.1:49093,CONTROLLER://127.0.0.1:49193"
+    assert [p["log.dirs"] for p in props] == [str(home / "kafka-cluster" / f"node-{n}" / "data") for n in (1, 2, 3)]
+    # One static quorum, the same on every node; no bootstrap servers (that is the single broker's dynamic quorum).
+    voters = "1@127.0.0.1:49192,2@127.0.0.1:49193,3@127.0.0.1:49194"
+    assert [p["controller.quorum.voters"] for p in props] == [voters] * 3
+    assert not [p for p in props if "controller.quorum.bootstrap.servers" in p]
+    # Kafka's internal topics survive the loss of one broker.
+    assert {k: v for k, v in props[0].items() if k.endswith("replication.factor")} == {
+        k: "3" for k in props[0] if k.endswith("replication.factor")
+    }
+    assert props[0]["transaction.state.log.min.isr"] == "2"
+
+
+def test_the_nodes_of_a_cluster_share_one_cluster_id_and_keep_their_size(tmp_path: Path) -> None:
+    three = Settings(home=tmp_path, kafka_brokers=3, kafka_controller_port=9192)
+    first = cluster_of(three, tmp_path)
+    assert cluster_of(three, tmp_path) == first  # a node formatted later joins the same cluster
+    assert not first.startswith("-")
+    with pytest.raises(StackError, match="has 3 brokers, not 5; set HOTSWAP_KAFKA_BROKERS=3"):
+        cluster_of(Settings(home=tmp_path, kafka_brokers=5, kafka_controller_port=9192), tmp_path)
+    # A single broker is formatted alone, once: its id is never shared.
+    assert cluster_of(Settings(home=tmp_path), tmp_path) != first
+
+
+def test_the_state_file_remembers_each_node_of_a_cluster(tmp_path: Path) -> None:
+    state = ProcessState(tmp_path)
+    procs = {f"kafka-{n}": Proc(100 + n, 1.0, ("kafka.Kafka", f"/h/node-{n}"), "") for n in (1, 2, 3)}
+    state.write(procs)
+    assert state.read() == procs
 
 
 # -- which connector Spark gets --------------------------------------------------------------------
@@ -125,6 +180,25 @@ def test_an_entry_is_ours_only_while_pid_start_and_command_line_all_match() -> N
     assert not is_ours(replace(me, markers=("kafka.Kafka",)))  # some other command
     assert not is_ours(replace(me, pid=NO_SUCH_PID))
     assert ProcessState(Path("/nonexistent")).live() == {}
+
+
+def test_the_nodes_of_a_cluster_are_stopped_together(tmp_path: Path) -> None:
+    # All get SIGTERM at once and exit on it: none is left for the SIGKILL after the grace.
+    children = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"node-{n}"]) for n in (1, 2, 3)]
+    try:
+        procs: list[Proc] = []
+        for child in children:
+            started = started_after_boot(child.pid)
+            assert started is not None
+            procs.append(Proc(child.pid, started, (f"node-{len(procs) + 1}",), ""))
+        terminate_all(procs, grace_s=5.0)
+        assert not [proc for proc in procs if is_ours(proc)]
+        assert [child.wait(timeout=5) for child in children] == [-15, -15, -15]  # SIGTERM, not SIGKILL
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
 
 
 def test_listening_is_checked_per_process_and_port() -> None:
