@@ -159,7 +159,7 @@ def run_attached_demo(
             if swap_id is not None and load_ended and client.journal.get(swap_id).state.is_terminal:
                 break
             if time.monotonic() >= deadline:
-                waited = "no result" if first_result_at is None else "the swap" if swap_id else "the load to end"
+                waited = "a first result" if first_result_at is None else "the swap to end and the load to stop"
                 console.print(f"[red]gave up after {deadline - started:.0f} s waiting for {waited}")
                 break
             time.sleep(1.0)
