@@ -7,9 +7,12 @@ STAMP  := $(VENV)/.installed
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export SPARK_LOCAL_IP := 127.0.0.1
+COMPOSE := docker-compose -f compose/docker-compose.yml -p hotswap
+# The container route of the tests: when a Docker engine answers, unless HOTSWAP_TEST_SERVICES=embedded.
+CONTAINERS := [ "$${HOTSWAP_TEST_SERVICES:-auto}" != embedded ] && docker info >/dev/null 2>&1
 
 .DEFAULT_GOAL := help
-.PHONY: help install system-deps jars stack-up stack-down demo lint format schema unit check integration cluster test bench clean
+.PHONY: help install system-deps jars stack-up stack-down demo images compose-demo lint format schema unit check integration cluster test bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -40,6 +43,15 @@ stack-down: ## Stop the embedded stack
 demo: jars ## Run the whole thing for about two minutes: results, a live swap, a final check
 	$(BIN)/hotswap demo
 
+images: install jars ## Build the container images (Kafka, Redis, the executor) on a Docker engine
+	compose/build-images
+
+compose-demo: images ## The demo on containers (docker-compose): runs it, prints the check, removes it all
+	$(COMPOSE) down -v --remove-orphans
+	$(COMPOSE) run --rm -T demo; rc=$$?; \
+	  [ $$rc = 0 ] || $(COMPOSE) logs --no-color --tail 40 executor spark-worker kafka; \
+	  $(COMPOSE) down -v --remove-orphans; exit $$rc
+
 format: install ## Format the code
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
@@ -57,13 +69,15 @@ unit: install ## Unit and component tests only (no Kafka, Redis or Spark)
 
 check: lint unit ## Before a push: lint, then unit and component tests (no Kafka, Redis or Spark; under a minute)
 
-integration: jars ## Integration tests against real Kafka, Redis and Spark
+integration: jars ## Integration tests against real Kafka, Redis and Spark (Kafka and Redis in containers if Docker answers)
+	@if $(CONTAINERS); then $(MAKE) --no-print-directory images; fi
 	$(BIN)/pytest -m integration -v
 
-cluster: jars ## The cluster tests alone: three swaps on a Spark standalone cluster started from pyspark (minutes)
+cluster: jars ## The cluster tests alone: three swaps on a Spark standalone cluster started from pyspark, and a broker killed in a 3-broker Kafka (minutes)
 	$(BIN)/pytest -m cluster -v
 
-test: lint jars ## Lint, then every test (the cluster tests included)
+test: lint jars ## Lint, then every test, the cluster tests included (Kafka and Redis in containers if Docker answers)
+	@if $(CONTAINERS); then $(MAKE) --no-print-directory images; fi
 	$(BIN)/pytest -v --durations=15
 
 bench: jars ## Benchmarks beside plain Spark and stop-and-restart (QUICK=1: under 5 minutes); not part of `make test`

@@ -274,11 +274,22 @@ def demo(
     replacement: Annotated[Path, typer.Option(help="Query to swap in.")] = Path("examples/max_per_key_30s.sql"),
     query: Annotated[Path, typer.Option(help="Initial query.")] = Path("examples/count_per_key.sql"),
     keep_stack: Annotated[bool, typer.Option(help="Leave the stack running afterwards.")] = False,
+    attach: Annotated[
+        bool,
+        typer.Option(
+            "--attach",
+            help="Start nothing: follow the executor and generator that run elsewhere (compose/docker-compose.yml), "
+            "swap, wait for the load to end, and check.",
+        ),
+    ] = False,
 ) -> None:
     """Start everything, stream events, swap the query live, and check the results."""
-    from executor.operator.demo import run_demo
+    from executor.operator.demo import run_attached_demo, run_demo
 
-    ok = run_demo(ctx.obj, console, query, replacement, duration, swap_after, keep_stack)
+    if attach:
+        ok = run_attached_demo(ctx.obj, console, replacement, duration, swap_after)
+    else:
+        ok = run_demo(ctx.obj, console, query, replacement, duration, swap_after, keep_stack)
     raise typer.Exit(0 if ok else 1)
 
 

@@ -3,6 +3,8 @@
 Starts the embedded stack, the executor (in this process) and the generator; prints windowed
 results as they arrive; submits a replacement query and follows its phases; then stops the load
 and checks the results: windows answered per query version, missing windows, duplicates.
+`hotswap demo --attach` does the same with an executor and a generator that run elsewhere (the
+containers of compose/docker-compose.yml): it starts nothing, and waits for the load to end.
 """
 
 from __future__ import annotations
@@ -26,10 +28,15 @@ from executor.control.spark_session import build_spark_session
 from executor.operator.client import Client, redis_client
 from executor.stack import EmbeddedStack
 from executor.tools.generator import GeneratorSpec, produce
+from service_graph.kafka_io import SourceOffsets
 from service_sink.audit import Result, audit, read_results
 from service_sink.errors import TopicReadIncomplete
 
 TIME_SCALE = 5.0  # event time runs 5x faster than the clock: a 10 s window closes every 2 s
+# --attach: the load has ended once the source topic took no event for this long.
+QUIET_S = 10.0
+# --attach: how much longer than the load's duration the executor gets for a first result and the swap.
+ATTACH_GRACE_S = 600.0
 
 
 class SettingsSource(Protocol):
@@ -114,6 +121,52 @@ def run_demo(
         stack.down()
         console.print("stack stopped")
     return ok
+
+
+def run_attached_demo(
+    options: SettingsSource, console: Console, replacement: Path, duration_s: float, swap_after_s: float
+) -> bool:
+    """The demo against an executor and a generator that run elsewhere: print the windows, submit the
+    swap once results flow, follow it, and check the results once the load has ended."""
+    settings = options.settings()
+    swap_source = load_query_source(replacement)
+    client = Client(settings, redis_client(settings))
+    console.rule("[bold]hotswap demo (attached)")
+    console.print(f"namespace {settings.namespace}: following the executor and the generator that run elsewhere")
+    started = time.monotonic()
+    deadline = started + duration_s + ATTACH_GRACE_S
+    source = SourceOffsets(settings)
+    swap_id: str | None = None
+    shown: set[tuple[str, int]] = set()
+    phases_shown = 0
+    first_result_at: float | None = None
+    last_end: dict[str, int] = {}
+    last_change = time.monotonic()
+    try:
+        while True:
+            first_result_at = _show_new_windows(settings, console, shown, first_result_at, started)
+            if swap_id is None and first_result_at is not None and time.monotonic() - first_result_at > swap_after_s:
+                current = client.status().current
+                swap_id = client.submit(replacement, swap_source.name).id
+                serving = current.query_id if current is not None else "the running query"
+                console.print(f"[bold yellow]submitted swap {swap_id}: {serving} -> {swap_source.name}")
+            if swap_id is not None:
+                phases_shown = _show_phases(client, console, swap_id, phases_shown)
+            end = source.end()
+            if end != last_end:
+                last_end, last_change = end, time.monotonic()
+            load_ended = sum(end.values()) > 0 and time.monotonic() - last_change >= QUIET_S
+            if swap_id is not None and load_ended and client.journal.get(swap_id).state.is_terminal:
+                break
+            if time.monotonic() >= deadline:
+                waited = "a first result" if first_result_at is None else "the swap to end and the load to stop"
+                console.print(f"[red]gave up after {deadline - started:.0f} s waiting for {waited}")
+                break
+            time.sleep(1.0)
+    finally:
+        source.close()
+    _show_new_windows(settings, console, shown, first_result_at, started)
+    return _final_check(settings, client, console, swap_id)
 
 
 def _show_new_windows(

@@ -1,17 +1,18 @@
 """Session-wide real services: one Kafka broker, one Redis, one SparkSession.
 
-Kafka comes from HOTSWAP_KAFKA_BOOTSTRAP when set, from testcontainers when a Docker engine
-answers, and from the embedded stack otherwise (on its own ports, so a running demo is left
-alone). Each test gets a fresh namespace and fresh topics.
+Kafka and Redis come from HOTSWAP_KAFKA_BOOTSTRAP and HOTSWAP_REDIS_URL when both are set. Else
+HOTSWAP_TEST_SERVICES chooses: `containers` (Testcontainers, on the images `make images` builds),
+`embedded` (the embedded stack), or `auto`, the default: containers when a Docker engine answers
+and holds the images, the embedded stack otherwise. Both run on their own ports, so a running demo
+is left alone. Each test gets a fresh namespace and fresh topics.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
+import signal
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,27 +24,45 @@ from contract.settings import Settings
 from executor.control.spark_session import build_spark_session
 from executor.operator.client import Client, redis_client
 from executor.stack import EmbeddedStack
+from tests.conftest import wait_until
 from tests.integration.oracle import KEEP_EVERY_BATCH
 
 REPO = Path(__file__).resolve().parents[2]
 JARS = REPO / ".hotswap" / "jars"
 TEST_STACK_HOME = REPO / ".hotswap" / "test-stack"
+KAFKA_PORT, KAFKA_CONTROLLER_PORT, REDIS_PORT = 19092, 19093, 16379
+ROUTES = ("auto", "containers", "embedded")
 
 
 @dataclass(frozen=True)
 class Services:
     bootstrap: str
     redis_url: str
-    stack: EmbeddedStack | None = None  # set when the embedded stack runs the services
+    route: str  # "external", "containers" or "embedded"
+    # Stops "kafka" or "redis" (SIGTERM, its data kept), starts it again and waits until it answers.
+    # None when the services are external.
+    restart: Callable[[str], None] | None = None
 
 
-def _docker_answers() -> bool:
-    if shutil.which("docker") is None:
-        return False
-    try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=10, check=False).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
+def _route() -> str:
+    """Containers or the embedded stack, as HOTSWAP_TEST_SERVICES asks and this machine allows."""
+    route = os.environ.get("HOTSWAP_TEST_SERVICES", "auto")
+    if route not in ROUTES:
+        raise pytest.UsageError(f"HOTSWAP_TEST_SERVICES={route!r}: use one of {', '.join(ROUTES)}")
+    if route == "embedded":
+        return route
+    from tests.integration.containers import docker_answers, missing_images
+
+    if not docker_answers():
+        if route == "containers":
+            raise pytest.UsageError("HOTSWAP_TEST_SERVICES=containers, but no Docker engine answers; start dockerd")
+        return "embedded"
+    missing = missing_images()
+    if missing:
+        if route == "containers":
+            raise pytest.UsageError(f"the Docker engine lacks {', '.join(missing)}; run `make images`")
+        return "embedded"
+    return "containers"
 
 
 @pytest.fixture(scope="session")
@@ -51,31 +70,48 @@ def services() -> Iterator[Services]:
     external_kafka = os.environ.get("HOTSWAP_KAFKA_BOOTSTRAP")
     external_redis = os.environ.get("HOTSWAP_REDIS_URL")
     if external_kafka and external_redis:
-        yield Services(external_kafka, external_redis)
+        yield Services(external_kafka, external_redis, "external")
         return
-    if not external_kafka and _docker_answers():
-        from testcontainers.community.kafka import KafkaContainer
-        from testcontainers.community.redis import RedisContainer
+    if not external_kafka and not external_redis and _route() == "containers":
+        from tests.integration.containers import container_services
 
-        with KafkaContainer().with_kraft() as kafka, RedisContainer() as rds:
-            host, port = rds.get_container_host_ip(), rds.get_exposed_port(6379)
-            yield Services(kafka.get_bootstrap_server(), external_redis or f"redis://{host}:{port}/0")
+        with container_services(KAFKA_PORT, KAFKA_CONTROLLER_PORT, REDIS_PORT) as running:
+            yield Services(running.bootstrap, running.redis_url, "containers", running.restart)
         return
     settings = Settings(
         home=TEST_STACK_HOME,
         jars_dir=JARS,
         kafka_bootstrap=external_kafka,
         redis_url=external_redis,
-        kafka_port=19092,
-        kafka_controller_port=19093,
-        redis_port=16379,
+        kafka_port=KAFKA_PORT,
+        kafka_controller_port=KAFKA_CONTROLLER_PORT,
+        redis_port=REDIS_PORT,
     )
     stack = EmbeddedStack(settings)
     stack.up(timeout_s=180)
     try:
-        yield Services(settings.bootstrap, settings.redis_dsn, stack)
+        yield Services(settings.bootstrap, settings.redis_dsn, "embedded", lambda name: _restart(stack, name))
     finally:
         stack.down()
+
+
+def _process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A zombie is dead too: it only waits for its parent to collect it.
+    stat = Path(f"/proc/{pid}/stat")
+    return not stat.exists() or stat.read_text().split()[2] == "Z"
+
+
+def _restart(stack: EmbeddedStack, name: str) -> None:
+    """SIGTERM one embedded service, wait until its process is gone, and start it again."""
+    pid = next(s.pid for s in stack.status() if s.name == name)
+    assert pid is not None
+    os.kill(pid, signal.SIGTERM)
+    wait_until(lambda: _process_gone(pid), 120, f"{name} to exit")
+    stack.up()
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 from pathlib import Path
 
@@ -18,7 +17,6 @@ from contract.settings import Settings
 from execution_graph.source import load_query_source
 from executor.errors import SubmitRejected
 from executor.operator.client import Client
-from executor.stack import EmbeddedStack
 from executor.tools.generator import GeneratorSpec
 from service_sink.audit import read_results
 from tests.conftest import wait_until
@@ -43,25 +41,6 @@ MAX_30S = REPO / "examples" / "max_per_key_30s.sql"
 BAD = QUERIES / "bad"
 T0 = 1_700_000_000_000
 VERSIONS = [Version("count_per_key", 10_000, count_and_total), Version("max_per_key_30s", 30_000, peak_and_low)]
-
-
-def process_gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    # A zombie is dead too: it only waits for its parent to collect it.
-    stat = Path(f"/proc/{pid}/stat")
-    return not stat.exists() or stat.read_text().split()[2] == "Z"
-
-
-def restart_service(stack: EmbeddedStack, name: str) -> None:
-    """SIGTERM one embedded service, wait until its process is gone, and start it again."""
-    pid = next(s.pid for s in stack.status() if s.name == name)
-    assert pid is not None
-    os.kill(pid, signal.SIGTERM)
-    wait_until(lambda: process_gone(pid), 120, f"{name} to exit")
-    stack.up()
 
 
 def check_two_versions(truth: Truth, client: Client, swap_id: str) -> None:
@@ -302,16 +281,15 @@ def test_abort_works_until_the_cut(settings: Settings, spark: SparkSession, clie
 def test_a_redis_restart_during_a_swap_is_ridden_out(
     services: Services, settings: Settings, spark: SparkSession, client: Client
 ) -> None:
-    if services.stack is None:
-        pytest.skip("Redis is external here; the embedded stack is needed to restart it")
-    stack = services.stack
+    if services.restart is None:
+        pytest.skip("Redis is external here: the tests cannot restart it")
     spec = GeneratorSpec(rate=300, keys=3, seed=35, disorder_ms=300, time_scale=10, start_ts=T0)
     with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as load:
         wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
         record = client.submit(MAX_30S)
         client.wait_for(record.id, lambda r: r.state.is_past_cut, 120, "the cut")
         # Same data directory: the append-only file brings the control plane back.
-        restart_service(stack, "redis")
+        services.restart("redis")
         done = client.wait_until_done(record.id, 180)
         cut = int(done.cut_window_end or 0)
         wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 60_000, 120, "new windows")
@@ -323,13 +301,12 @@ def test_a_redis_restart_during_a_swap_is_ridden_out(
 def test_a_kafka_broker_restart_is_recovered_from(
     services: Services, settings: Settings, spark: SparkSession, client: Client
 ) -> None:
-    if services.stack is None:
-        pytest.skip("Kafka is external here; the embedded stack is needed to restart it")
-    stack = services.stack
+    if services.restart is None:
+        pytest.skip("Kafka is external here: the tests cannot restart it")
     spec = GeneratorSpec(rate=300, keys=3, seed=36, disorder_ms=300, time_scale=10, start_ts=T0)
     with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as load:
         wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
-        restart_service(stack, "kafka")
+        services.restart("kafka")
         record = client.submit(MAX_30S)
         done = client.wait_until_done(record.id, 240)
         cut = int(done.cut_window_end or 0)
