@@ -20,16 +20,27 @@ class StreamingQueryLike(Protocol):
     def stop(self) -> None: ...
 
 
-def stop_between_batches(query: StreamingQueryLike, timeout_s: float = 10.0) -> None:
+@dataclass(frozen=True)
+class StopTimes:
+    """How long stopping a query took: waiting for its batch in flight, then stop() itself."""
+
+    waited_s: float
+    stop_s: float
+
+
+def stop_between_batches(query: StreamingQueryLike, timeout_s: float = 10.0) -> StopTimes:
     """Stop a query, preferably while no batch runs.
 
     stop() cancels a running batch; Spark replays it on restart, so waiting is about noise and
     wasted work, not correctness.
     """
-    deadline = time.monotonic() + timeout_s
+    started = time.monotonic()
+    deadline = started + timeout_s
     while time.monotonic() < deadline and query.isActive and query.status.get("isTriggerActive"):
         time.sleep(0.05)
+    waited = time.monotonic()
     query.stop()
+    return StopTimes(waited_s=round(waited - started, 3), stop_s=round(time.monotonic() - waited, 3))
 
 
 HEALTHY_RESET_S = 300.0  # a query that stays up this long after a restart gets its full budget back

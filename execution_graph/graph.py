@@ -206,11 +206,12 @@ class GraphRunner:
         failure = query.exception()
         return first_line(failure) if failure is not None else "stopped"
 
-    def stop(self, query_id: str) -> None:
+    def stop(self, query_id: str, *, finish_batch: bool = True) -> None:
+        """Stop the graph's query; with `finish_batch`, after its batch in flight (up to 10 s)."""
         query = self._queries.pop(query_id, None)
         if query is not None and query.isActive:
-            stop_between_batches(query)
-            log.info("execution graph stopped", query_id=query_id)
+            times = stop_between_batches(query, timeout_s=10.0 if finish_batch else 0.0)
+            log.info("execution graph stopped", query_id=query_id, waited_s=times.waited_s, stop_s=times.stop_s)
 
     def stop_all(self) -> None:
         for query_id in list(self._queries):

@@ -56,6 +56,7 @@ class FakeRunner:
         self.started: list[str] = []
         self.restarted: list[str] = []
         self.stopped: list[str] = []
+        self.cancelled: list[str] = []  # stopped without waiting for the batch in flight
         self.start_fails: dict[str, str] = {}  # query id -> why its start fails
 
     def start(self, record: GraphRecord, writer: object) -> None:
@@ -81,10 +82,12 @@ class FakeRunner:
     def query_ids(self) -> list[str]:
         return list(self.queries)
 
-    def stop(self, query_id: str) -> None:
+    def stop(self, query_id: str, *, finish_batch: bool = True) -> None:
         if query_id in self.queries:
             del self.queries[query_id]
             self.stopped.append(query_id)
+            if not finish_batch:
+                self.cancelled.append(query_id)
 
     def last_commit_watermark(self, query_id: str) -> int | None:
         return None

@@ -48,6 +48,8 @@ def test_swaps_run_one_at_a_time_each_replacing_its_real_predecessor(world: Worl
     assert [world.journal.get(s).old_window_ms for s in (b, c, d)] == [10_000, 30_000, 20_000]
     assert world.graphs.fake_runner.started == ["a", "b", "c", "d"]
     assert [world.graph_state(q) for q in "abcd"] == [GraphState.RETIRED] * 3 + [GraphState.RUNNING]
+    # A drained graph has nothing left to emit: its batch in flight is cancelled, not waited for.
+    assert world.graphs.fake_runner.cancelled == ["a", "b", "c"]
     current = world.graphs.current()
     assert current is not None
     assert current.query_id == "d"

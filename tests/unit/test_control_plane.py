@@ -39,7 +39,7 @@ class FakeGraphs:
     def failure(self, query_id: str) -> str | None:
         return None
 
-    def stop(self, query_id: str) -> None:
+    def stop(self, query_id: str, *, finish_batch: bool = True) -> None:
         pass
 
     def last_commit_watermark(self, query_id: str) -> int | None:

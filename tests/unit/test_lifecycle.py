@@ -1,4 +1,26 @@
-from contract.lifecycle import HEALTHY_RESET_S, RestartBudget
+from typing import Any
+
+from contract.lifecycle import HEALTHY_RESET_S, RestartBudget, stop_between_batches
+
+
+class BusyQuery:
+    """A query always in a batch, as a busy graph looks to a poller."""
+
+    def __init__(self) -> None:
+        self.status_reads = 0
+        self.stopped = False
+
+    @property
+    def isActive(self) -> bool:
+        return not self.stopped
+
+    @property
+    def status(self) -> dict[str, Any]:
+        self.status_reads += 1
+        return {"isTriggerActive": True}
+
+    def stop(self) -> None:
+        self.stopped = True
 
 
 def test_restarts_back_off_doubling_until_the_budget_is_spent() -> None:
@@ -22,3 +44,18 @@ def test_a_query_that_stays_healthy_gets_its_budget_back() -> None:
     assert budget.exhausted
     budget.healthy(2.0 + HEALTHY_RESET_S)
     assert not budget.exhausted
+
+
+def test_a_query_stopped_without_finishing_its_batch_is_stopped_at_once() -> None:
+    query = BusyQuery()
+    times = stop_between_batches(query, timeout_s=0.0)
+    assert query.stopped
+    assert query.status_reads == 0
+    assert times.waited_s == 0.0
+
+
+def test_a_query_whose_batch_never_ends_is_stopped_when_the_wait_runs_out() -> None:
+    query = BusyQuery()
+    stop_between_batches(query, timeout_s=0.2)
+    assert query.stopped
+    assert query.status_reads > 1  # it did wait, polling, before stopping anyway
