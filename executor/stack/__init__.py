@@ -17,5 +17,7 @@ stopping the processes, and the state file that remembers them).
 """
 
 from executor.stack.embedded import EmbeddedStack, ServiceStatus
+from executor.stack.kafka import kafka_answers
+from executor.stack.redis import redis_answers
 
-__all__ = ["EmbeddedStack", "ServiceStatus"]
+__all__ = ["EmbeddedStack", "ServiceStatus", "kafka_answers", "redis_answers"]

@@ -32,6 +32,23 @@ CLUSTER_FILE = "cluster.json"
 MAX_INTERNAL_REPLICAS = 3
 
 
+def kafka_answers(config: dict[str, Any]) -> bool:
+    """True if the Kafka that `config` (kafka-python's) points at lists its topics within a couple of seconds."""
+    try:
+        admin = KafkaAdminClient(
+            **config, client_id="hotswap-stack-probe", bootstrap_timeout_ms=2000, request_timeout_ms=2000
+        )
+    except (KafkaError, OSError):
+        return False
+    try:
+        admin.list_topics()
+    except (KafkaError, OSError):
+        return False
+    finally:
+        admin.close()
+    return True
+
+
 class KafkaBroker(Service):
     """One embedded broker (node `node` of `settings.kafka_brokers`), or the external brokers that
     settings name (then only `answers` is used)."""
@@ -67,19 +84,7 @@ class KafkaBroker(Service):
             if not port_open(self.port):  # cheap, and spares kafka-python's retries on a closed port
                 return False
             config = {"bootstrap_servers": [f"{LOCALHOST}:{self.port}"]}
-        try:
-            admin = KafkaAdminClient(
-                **config, client_id="hotswap-stack-probe", bootstrap_timeout_ms=2000, request_timeout_ms=2000
-            )
-        except (KafkaError, OSError):
-            return False
-        try:
-            admin.list_topics()
-        except (KafkaError, OSError):
-            return False
-        finally:
-            admin.close()
-        return True
+        return kafka_answers(config)
 
     def registered_nodes(self) -> set[int]:
         """The node ids of the brokers the cluster lists as registered and unfenced now (empty if it

@@ -14,6 +14,17 @@ from executor.stack.service import Service
 log = structlog.get_logger(__name__)
 
 
+def redis_answers(url: str) -> bool:
+    """True if the Redis at `url` answers PING within a couple of seconds."""
+    client = redis.Redis.from_url(url, socket_timeout=2.0, socket_connect_timeout=2.0)
+    try:
+        return bool(client.ping())
+    except (redis.RedisError, OSError):
+        return False
+    finally:
+        client.close()
+
+
 class RedisServer(Service):
     """The embedded Redis, or the external one that settings name (then only `answers` is used)."""
 
@@ -33,13 +44,7 @@ class RedisServer(Service):
         """True if Redis answers PING within a couple of seconds."""
         if not self.external and not port_open(self.port):
             return False
-        client = redis.Redis.from_url(self.settings.redis_dsn, socket_timeout=2.0, socket_connect_timeout=2.0)
-        try:
-            return bool(client.ping())
-        except (redis.RedisError, OSError):
-            return False
-        finally:
-            client.close()
+        return redis_answers(self.settings.redis_dsn)
 
     def start(self, redis_server: str) -> Proc:
         """Start `redis_server` detached on the embedded port."""

@@ -14,7 +14,6 @@ import os
 import shutil
 import signal
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,12 +31,18 @@ from executor.stack import EmbeddedStack
 from executor.tools.generator import GeneratorSpec
 from service_sink.audit import read_results
 from tests.conftest import wait_until
-from tests.integration.harness import REPO, ExecutorProcess, committed_watermark, continuous_load
+from tests.integration.harness import (
+    JARS,
+    REPO,
+    ExecutorProcess,
+    committed_watermark,
+    continuous_load,
+    namespace_settings,
+)
 from tests.integration.oracle import Version, assert_invariants, count_and_total, peak_and_low, settle
 
 pytestmark = [pytest.mark.cluster, pytest.mark.integration, pytest.mark.slow]
 
-JARS = REPO / ".hotswap" / "jars"
 CLUSTER_HOME = REPO / ".hotswap" / "cluster-stack"
 COUNT_10S = REPO / "examples" / "count_per_key.sql"
 MAX_30S = REPO / "examples" / "max_per_key_30s.sql"
@@ -72,18 +77,11 @@ def cluster() -> Iterator[EmbeddedStack]:
 
 @pytest.fixture
 def settings(cluster: EmbeddedStack, tmp_path: Path) -> Settings:
-    namespace = f"c{uuid.uuid4().hex[:8]}"
-    return Settings(
-        home=tmp_path / "home",
-        jars_dir=JARS,
-        kafka_bootstrap=cluster.settings.bootstrap,
-        redis_url=cluster.settings.redis_dsn,
-        namespace=namespace,
-        source_topic=f"{namespace}.events",
-        sink_topic=f"{namespace}.results",
-        window="10s",
-        lateness="2s",
-        idle_timeout="60s",
+    return namespace_settings(
+        tmp_path / "home",
+        cluster.settings.bootstrap,
+        cluster.settings.redis_dsn,
+        "c",
         topic_replication_factor=BROKERS,
         topic_min_insync_replicas=2,
     )

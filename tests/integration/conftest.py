@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +24,9 @@ from executor.control.spark_session import build_spark_session
 from executor.operator.client import Client, redis_client
 from executor.stack import EmbeddedStack
 from tests.conftest import wait_until
+from tests.integration.harness import JARS, REPO, namespace_settings
 from tests.integration.oracle import KEEP_EVERY_BATCH
 
-REPO = Path(__file__).resolve().parents[2]
-JARS = REPO / ".hotswap" / "jars"
 TEST_STACK_HOME = REPO / ".hotswap" / "test-stack"
 KAFKA_PORT, KAFKA_CONTROLLER_PORT, REDIS_PORT = 19092, 19093, 16379
 ROUTES = ("auto", "containers", "embedded")
@@ -128,19 +126,7 @@ def spark(services: Services) -> Iterator[SparkSession]:
 
 @pytest.fixture
 def settings(services: Services, tmp_path: Path) -> Settings:
-    namespace = f"t{uuid.uuid4().hex[:8]}"
-    return Settings(
-        home=tmp_path / "home",
-        jars_dir=JARS,
-        kafka_bootstrap=services.bootstrap,
-        redis_url=services.redis_url,
-        namespace=namespace,
-        source_topic=f"{namespace}.events",
-        sink_topic=f"{namespace}.results",
-        window="10s",
-        lateness="2s",
-        idle_timeout="60s",
-    )
+    return namespace_settings(tmp_path / "home", services.bootstrap, services.redis_url, "t")
 
 
 @pytest.fixture

@@ -15,14 +15,13 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Self
 
-import redis
-from kafka import KafkaAdminClient  # type: ignore[import-untyped,unused-ignore]
-from kafka.errors import KafkaError  # type: ignore[import-untyped,unused-ignore]
 from testcontainers.community.kafka import KafkaContainer
 from testcontainers.community.redis import RedisContainer
 from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.wait_strategies import LogMessageWaitStrategy
+
+from executor.stack import kafka_answers, redis_answers
 
 REPO = Path(__file__).resolve().parents[2]
 LOCALHOST = "127.0.0.1"
@@ -158,26 +157,10 @@ class ContainerServices:
             time.sleep(0.5)
 
     def _kafka_answers(self) -> bool:
-        try:
-            admin = KafkaAdminClient(bootstrap_servers=[self.bootstrap], request_timeout_ms=2000)
-        except (KafkaError, OSError):
-            return False
-        try:
-            admin.list_topics()
-        except (KafkaError, OSError):
-            return False
-        finally:
-            admin.close()
-        return True
+        return kafka_answers({"bootstrap_servers": [self.bootstrap]})
 
     def _redis_answers(self) -> bool:
-        client = redis.Redis.from_url(self.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0)
-        try:
-            return bool(client.ping())
-        except (redis.RedisError, OSError):
-            return False
-        finally:
-            client.close()
+        return redis_answers(self.redis_url)
 
 
 @contextmanager

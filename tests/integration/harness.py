@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,26 @@ from tests.conftest import wait_until
 from tests.integration.oracle import KEEP_EVERY_BATCH
 
 REPO = Path(__file__).resolve().parents[2]
+JARS = REPO / ".hotswap" / "jars"
 QUERIES = Path(__file__).resolve().parent / "queries"
+
+
+def namespace_settings(home: Path, bootstrap: str, redis_url: str, prefix: str, **extra: Any) -> Settings:
+    """The settings of one test: a fresh namespace and topics, 10 s windows, 2 s of lateness."""
+    namespace = f"{prefix}{uuid.uuid4().hex[:8]}"
+    return Settings(
+        home=home,
+        jars_dir=JARS,
+        kafka_bootstrap=bootstrap,
+        redis_url=redis_url,
+        namespace=namespace,
+        source_topic=f"{namespace}.events",
+        sink_topic=f"{namespace}.results",
+        window="10s",
+        lateness="2s",
+        idle_timeout="60s",
+        **extra,
+    )
 
 
 class RunningExecutor:

@@ -23,8 +23,8 @@ from execution_graph.source import load_query_source
 from execution_graph.user_query import apply_query
 from execution_graph.validation import QueryShape, validate_query
 from executor.control.topics import Topics
-from tests.integration.conftest import JARS, Services
-from tests.integration.harness import QUERIES, REPO
+from tests.integration.conftest import Services
+from tests.integration.harness import JARS, QUERIES, REPO
 
 pytestmark = [pytest.mark.integration]
 
