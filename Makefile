@@ -62,7 +62,7 @@ lint: install ## ruff and mypy (strict)
 	$(BIN)/mypy
 
 schema: install ## Regenerate docs/status.schema.json from the status model (contract/status.py)
-	$(BIN)/python -m contract.status > docs/status.schema.json.new && mv docs/status.schema.json.new docs/status.schema.json
+	$(BIN)/python -m hotswap.contract.status > docs/status.schema.json.new && mv docs/status.schema.json.new docs/status.schema.json
 
 unit: install ## Unit and component tests only (no Kafka, Redis or Spark)
 	$(BIN)/pytest -m "not integration" -q

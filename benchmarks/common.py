@@ -17,10 +17,10 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from contract.settings import Settings
-from executor.tools.generator import GeneratorReport, GeneratorSpec, produce
-from service_sink.audit import read_topic_records
-from service_sink.progress import parse_spark_time
+from hotswap.contract.settings import Settings
+from hotswap.executor.tools.generator import GeneratorReport, GeneratorSpec, produce
+from hotswap.service_sink.audit import read_topic_records
+from hotswap.service_sink.progress import parse_spark_time
 
 REPO = Path(__file__).resolve().parents[1]
 HOME = REPO / ".hotswap" / "bench"

@@ -36,13 +36,13 @@ from benchmarks.common import (
     window_gaps,
 )
 from benchmarks.memory import MemorySampler
-from contract.journal import SwapRecord
-from contract.models import now_ms
-from execution_graph.source import load_query_source
-from executor.control.controller import Executor
-from executor.control.topics import Topics
-from executor.operator.client import Client, redis_client
-from service_sink.audit import audit, read_results
+from hotswap.contract.journal import SwapRecord
+from hotswap.contract.models import now_ms
+from hotswap.execution_graph.source import load_query_source
+from hotswap.executor.control.controller import Executor
+from hotswap.executor.control.topics import Topics
+from hotswap.executor.operator.client import Client, redis_client
+from hotswap.service_sink.audit import audit, read_results
 
 
 @dataclass(frozen=True)

@@ -30,13 +30,13 @@ from benchmarks.common import (
     wait_for,
     window_gaps,
 )
-from contract.models import now_ms
-from contract.settings import Settings
-from execution_graph.source import load_query_source
-from execution_graph.user_query import apply_query
-from executor.control.topics import Topics
-from service_sink.audit import audit, read_results
-from service_sink.results import ResultWriter
+from hotswap.contract.models import now_ms
+from hotswap.contract.settings import Settings
+from hotswap.execution_graph.source import load_query_source
+from hotswap.execution_graph.user_query import apply_query
+from hotswap.executor.control.topics import Topics
+from hotswap.service_sink.audit import audit, read_results
+from hotswap.service_sink.results import ResultWriter
 
 
 def plain_events(spark: SparkSession, settings: Settings, starting: str) -> DataFrame:

@@ -28,9 +28,9 @@ from benchmarks.plot import draw
 from benchmarks.report import table, targets
 from benchmarks.restart import run_restart
 from benchmarks.throughput import run_throughput
-from executor.control.spark_session import build_spark_session
-from executor.logs import configure_logging
-from executor.stack import EmbeddedStack
+from hotswap.executor.control.spark_session import build_spark_session
+from hotswap.executor.logs import configure_logging
+from hotswap.executor.stack import EmbeddedStack
 
 
 def machine() -> dict[str, Any]:

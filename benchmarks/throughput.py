@@ -22,14 +22,14 @@ from pyspark.sql import SparkSession
 from benchmarks.common import KEYS, LATENESS_MS, QUERY, WINDOW_MS, Clock, RowCounter, active_query, settings_for
 from benchmarks.memory import MemorySampler
 from benchmarks.restart import start_plain
-from contract.models import now_ms
-from contract.settings import Settings
-from execution_graph.source import load_query_source
-from executor.control.controller import Executor
-from executor.control.topics import Topics
-from executor.operator.client import Client, redis_client
-from executor.tools.generator import GeneratorSpec, produce
-from service_sink.progress import parse_spark_time
+from hotswap.contract.models import now_ms
+from hotswap.contract.settings import Settings
+from hotswap.execution_graph.source import load_query_source
+from hotswap.executor.control.controller import Executor
+from hotswap.executor.control.topics import Topics
+from hotswap.executor.operator.client import Client, redis_client
+from hotswap.executor.tools.generator import GeneratorSpec, produce
+from hotswap.service_sink.progress import parse_spark_time
 
 T0 = 1_700_000_000_000  # a fixed past event time: the backlog is replayed, not live
 EVENT_TIME_RATE = 1_000  # events per second of event time: 10,000 per 10 s window over 1,000 keys

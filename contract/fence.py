@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 import redis
 from redis.client import Pipeline
 
-from contract.errors import ControlStateLost, LeaseLost
-from contract.names import Keys
+from hotswap.contract.errors import ControlStateLost, LeaseLost
+from hotswap.contract.names import Keys
 
 T = TypeVar("T")
 

@@ -12,10 +12,10 @@ from enum import StrEnum
 import redis
 from redis.client import Pipeline
 
-from contract.errors import HotswapError
-from contract.fence import Fence, fenced
-from contract.models import QuerySource, Record, now_ms
-from contract.names import Keys
+from hotswap.contract.errors import HotswapError
+from hotswap.contract.fence import Fence, fenced
+from hotswap.contract.models import QuerySource, Record, now_ms
+from hotswap.contract.names import Keys
 
 
 class SwapPhase(StrEnum):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import redis
 
-from contract.models import CurrentQuery, GraphProgress, GraphRecord, ServiceState
-from contract.names import Keys
+from hotswap.contract.models import CurrentQuery, GraphProgress, GraphRecord, ServiceState
+from hotswap.contract.names import Keys
 
 
 def _text(value: bytes | str) -> str:

@@ -15,9 +15,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from contract.errors import ConfigError
-from contract.names import Names
-from contract.windows import parse_duration_ms
+from hotswap.contract.errors import ConfigError
+from hotswap.contract.names import Names
+from hotswap.contract.windows import parse_duration_ms
 
 DEFAULT_CONFIG_FILE = Path("hotswap.toml")
 

@@ -2,7 +2,7 @@
 
 Its fields are a contract for operators and their tools (README, "Status"); the JSON Schema in
 docs/status.schema.json is generated from these models. Regenerate it after a change with
-`python -m contract.status > docs/status.schema.json` (or `make schema`); a unit test fails while
+`python -m hotswap.contract.status > docs/status.schema.json` (or `make schema`); a unit test fails while
 the committed schema is stale. Fields may be added; none is renamed or removed without a
 changelog entry.
 
@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from contract.journal import SwapPhase
-from contract.models import ExecutorPhase, GraphState, QueryKind
+from hotswap.contract.journal import SwapPhase
+from hotswap.contract.models import ExecutorPhase, GraphState, QueryKind
 
 
 class StatusPart(BaseModel):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 
-from contract.errors import ConfigError
+from hotswap.contract.errors import ConfigError
 
 _UNITS_MS = {
     "ms": 1,

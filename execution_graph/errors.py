@@ -1,6 +1,6 @@
 """Errors raised while loading, validating or running user queries."""
 
-from contract.errors import HotswapError
+from hotswap.contract.errors import HotswapError
 
 
 class ExecutionGraphError(HotswapError):

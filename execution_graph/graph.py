@@ -25,13 +25,13 @@ import structlog
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from contract.errors import TimeoutExpired
-from contract.lifecycle import stop_between_batches
-from contract.models import GraphRecord
-from contract.settings import Settings
-from contract.windows import GRAPH_WATERMARK_DELAY_MS
-from execution_graph.errors import GraphStartFailed
-from execution_graph.user_query import apply_query, first_line
+from hotswap.contract.errors import TimeoutExpired
+from hotswap.contract.lifecycle import stop_between_batches
+from hotswap.contract.models import GraphRecord
+from hotswap.contract.settings import Settings
+from hotswap.contract.windows import GRAPH_WATERMARK_DELAY_MS
+from hotswap.execution_graph.errors import GraphStartFailed
+from hotswap.execution_graph.user_query import apply_query, first_line
 
 log = structlog.get_logger(__name__)
 

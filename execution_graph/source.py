@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from contract.models import QueryKind, QuerySource
-from execution_graph.errors import QueryRejected
+from hotswap.contract.models import QueryKind, QuerySource
+from hotswap.execution_graph.errors import QueryRejected
 
 
 def load_query_source(path: Path, name: str | None = None) -> QuerySource:

@@ -13,8 +13,8 @@ import types
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
-from contract.models import QueryKind, QuerySource
-from execution_graph.errors import QueryRejected
+from hotswap.contract.models import QueryKind, QuerySource
+from hotswap.execution_graph.errors import QueryRejected
 
 EVENTS_VIEW = "events"
 EVENTS_COLUMNS = ("key", "value", "ts", "event_time")

@@ -23,11 +23,11 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from contract.models import QuerySource
-from contract.windows import common_boundary_ms, format_duration_ms
-from execution_graph.errors import QueryRejected
-from execution_graph.plan import Origin, Plan
-from execution_graph.user_query import apply_query, first_line
+from hotswap.contract.models import QuerySource
+from hotswap.contract.windows import common_boundary_ms, format_duration_ms
+from hotswap.execution_graph.errors import QueryRejected
+from hotswap.execution_graph.plan import Origin, Plan
+from hotswap.execution_graph.user_query import apply_query, first_line
 
 # A cut waits for the next boundary shared by both window sizes; refuse sizes whose common
 # boundary is further apart than this many of the larger window.

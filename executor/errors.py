@@ -1,6 +1,6 @@
 """Errors raised by the control plane."""
 
-from contract.errors import HotswapError
+from hotswap.contract.errors import HotswapError
 
 
 class ExecutorError(HotswapError):

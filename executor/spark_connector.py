@@ -9,7 +9,7 @@ from pathlib import Path
 
 import structlog
 
-from executor.errors import StackError
+from hotswap.executor.errors import StackError
 
 log = structlog.get_logger(__name__)
 

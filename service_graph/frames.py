@@ -6,10 +6,10 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from contract.models import RoutingPlan
-from contract.settings import Settings
-from contract.windows import MAX_EVENT_TIME_MS, format_duration_ms
-from service_graph.routing import PartitionBatchStats
+from hotswap.contract.models import RoutingPlan
+from hotswap.contract.settings import Settings
+from hotswap.contract.windows import MAX_EVENT_TIME_MS, format_duration_ms
+from hotswap.service_graph.routing import PartitionBatchStats
 
 SOURCE_SCHEMA = "key STRING, value DOUBLE, ts BIGINT"
 

@@ -8,9 +8,9 @@ import json
 import structlog
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from contract.settings import Settings
-from contract.windows import marker_event_time
-from service_graph.routing import Marker
+from hotswap.contract.settings import Settings
+from hotswap.contract.windows import marker_event_time
+from hotswap.service_graph.routing import Marker
 
 log = structlog.get_logger(__name__)
 

@@ -25,19 +25,19 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 from redis.client import Pipeline
 
-from contract.faults import crash_point
-from contract.fence import Fence, fenced_write
-from contract.journal import Journal, SwapPhase, SwapRecord
-from contract.lifecycle import RestartBudget, stop_between_batches
-from contract.models import GraphRecord, RoutingPlan, ServiceState, now_ms
-from contract.names import Keys
-from contract.records import read_current, read_graphs, read_service_state
-from contract.settings import Settings
-from contract.windows import reached_cut
-from service_graph.errors import NoTargetGraph, ServiceGraphError
-from service_graph.frames import collect_stats, median_event_time, parse, route
-from service_graph.kafka_io import MarkerWriter, SourceOffsets
-from service_graph.routing import (
+from hotswap.contract.faults import crash_point
+from hotswap.contract.fence import Fence, fenced_write
+from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
+from hotswap.contract.lifecycle import RestartBudget, stop_between_batches
+from hotswap.contract.models import GraphRecord, RoutingPlan, ServiceState, now_ms
+from hotswap.contract.names import Keys
+from hotswap.contract.records import read_current, read_graphs, read_service_state
+from hotswap.contract.settings import Settings
+from hotswap.contract.windows import reached_cut
+from hotswap.service_graph.errors import NoTargetGraph, ServiceGraphError
+from hotswap.service_graph.frames import collect_stats, median_event_time, parse, route
+from hotswap.service_graph.kafka_io import MarkerWriter, SourceOffsets
+from hotswap.service_graph.routing import (
     IdleClock,
     PartitionBatchStats,
     active_swap,

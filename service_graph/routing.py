@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from contract.journal import SwapPhase, SwapRecord
-from contract.models import CutRoute, GraphRecord, NodePosition, RoutingPlan, ServiceState
-from contract.windows import cut_boundary
-from service_graph.errors import NoTargetGraph
+from hotswap.contract.journal import SwapPhase, SwapRecord
+from hotswap.contract.models import CutRoute, GraphRecord, NodePosition, RoutingPlan, ServiceState
+from hotswap.contract.windows import cut_boundary
+from hotswap.service_graph.errors import NoTargetGraph
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
-from contract.settings import Settings
-from service_sink.errors import TopicReadIncomplete
+from hotswap.contract.settings import Settings
+from hotswap.service_sink.errors import TopicReadIncomplete
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Errors raised by the service sink."""
 
-from contract.errors import HotswapError
+from hotswap.contract.errors import HotswapError
 
 
 class ServiceSinkError(HotswapError):

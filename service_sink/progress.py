@@ -22,10 +22,10 @@ import structlog
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 from pyspark.sql.streaming.query import StreamingQuery
 
-from contract.fence import Fence, fenced_write
-from contract.models import GraphProgress, now_ms
-from contract.names import Keys
-from contract.records import read_progress
+from hotswap.contract.fence import Fence, fenced_write
+from hotswap.contract.models import GraphProgress, now_ms
+from hotswap.contract.names import Keys
+from hotswap.contract.records import read_progress
 
 log = structlog.get_logger(__name__)
 

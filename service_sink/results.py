@@ -14,7 +14,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from contract.settings import Settings
+from hotswap.contract.settings import Settings
 
 # to_json drops null fields by default; every column stays, and a null group in the key stays
 # distinct from "" or "null".

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import structlog
 
-from contract.errors import HotswapError
-from contract.journal import Journal, SwapPhase, SwapRecord
-from contract.models import GraphRecord, new_spark_query_id
-from contract.settings import Settings
-from execution_graph.user_query import first_line
-from executor.control.graphs import Graphs
+from hotswap.contract.errors import HotswapError
+from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
+from hotswap.contract.models import GraphRecord, new_spark_query_id
+from hotswap.contract.settings import Settings
+from hotswap.execution_graph.user_query import first_line
+from hotswap.executor.control.graphs import Graphs
 
 log = structlog.get_logger(__name__)
 

@@ -11,10 +11,10 @@ import redis
 import structlog
 from pyspark.sql import SparkSession
 
-from contract.errors import ControlStateLost, HotswapError, LeaseLost
-from contract.fence import Fence, fenced_write
-from contract.journal import Journal, SwapPhase
-from contract.models import (
+from hotswap.contract.errors import ControlStateLost, HotswapError, LeaseLost
+from hotswap.contract.fence import Fence, fenced_write
+from hotswap.contract.journal import Journal, SwapPhase
+from hotswap.contract.models import (
     EXECUTOR_TRANSITIONS,
     ExecutorPhase,
     ExecutorRecord,
@@ -23,19 +23,19 @@ from contract.models import (
     QuerySource,
     new_spark_query_id,
 )
-from contract.names import Keys
-from contract.settings import Settings
-from execution_graph.user_query import first_line
-from executor.control.graphs import Graphs
-from executor.control.lease import Lease
-from executor.control.namespace import claim
-from executor.control.swap import SwapProtocol
-from executor.control.topics import Topics
-from executor.control.waits import recovered_queries
-from executor.errors import ExecutorError, LeaseHeld
-from service_graph.errors import ServiceGraphError
-from service_graph.query import ServiceGraph
-from service_sink.progress import ProgressReporter
+from hotswap.contract.names import Keys
+from hotswap.contract.settings import Settings
+from hotswap.execution_graph.user_query import first_line
+from hotswap.executor.control.graphs import Graphs
+from hotswap.executor.control.lease import Lease
+from hotswap.executor.control.namespace import claim
+from hotswap.executor.control.swap import SwapProtocol
+from hotswap.executor.control.topics import Topics
+from hotswap.executor.control.waits import recovered_queries
+from hotswap.executor.errors import ExecutorError, LeaseHeld
+from hotswap.service_graph.errors import ServiceGraphError
+from hotswap.service_graph.query import ServiceGraph
+from hotswap.service_sink.progress import ProgressReporter
 
 log = structlog.get_logger(__name__)
 

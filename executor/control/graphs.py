@@ -13,16 +13,16 @@ import redis
 import structlog
 from pyspark.sql import SparkSession
 
-from contract.fence import Fence, fenced_write
-from contract.lifecycle import RestartBudget
-from contract.models import CurrentQuery, GraphRecord, GraphState, QuerySource, now_ms
-from contract.names import Keys
-from contract.records import read_current, read_graphs
-from contract.settings import Settings
-from execution_graph.graph import GraphRunner, events_stream
-from execution_graph.validation import QueryShape, validate_query
-from executor.control.topics import Topics
-from service_sink.results import ResultWriter
+from hotswap.contract.fence import Fence, fenced_write
+from hotswap.contract.lifecycle import RestartBudget
+from hotswap.contract.models import CurrentQuery, GraphRecord, GraphState, QuerySource, now_ms
+from hotswap.contract.names import Keys
+from hotswap.contract.records import read_current, read_graphs
+from hotswap.contract.settings import Settings
+from hotswap.execution_graph.graph import GraphRunner, events_stream
+from hotswap.execution_graph.validation import QueryShape, validate_query
+from hotswap.executor.control.topics import Topics
+from hotswap.service_sink.results import ResultWriter
 
 log = structlog.get_logger(__name__)
 

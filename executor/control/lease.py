@@ -19,8 +19,8 @@ from pathlib import Path
 import redis
 import structlog
 
-from contract.errors import LeaseLost
-from executor.errors import LeaseHeld
+from hotswap.contract.errors import LeaseLost
+from hotswap.executor.errors import LeaseHeld
 
 log = structlog.get_logger(__name__)
 

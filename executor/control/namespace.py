@@ -15,11 +15,11 @@ import time
 import redis
 import structlog
 
-from contract.errors import ControlStateLost, TimeoutExpired
-from contract.models import NamespaceRecord
-from contract.names import Keys
-from contract.settings import Settings
-from executor.control.topics import Topics
+from hotswap.contract.errors import ControlStateLost, TimeoutExpired
+from hotswap.contract.models import NamespaceRecord
+from hotswap.contract.names import Keys
+from hotswap.contract.settings import Settings
+from hotswap.executor.control.topics import Topics
 
 log = structlog.get_logger(__name__)
 

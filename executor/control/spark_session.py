@@ -14,9 +14,9 @@ import sys
 import structlog
 from pyspark.sql import SparkSession
 
-from contract.settings import Settings
-from executor.errors import SparkConnectUnsupported
-from executor.spark_connector import connector_package, local_connector_jars
+from hotswap.contract.settings import Settings
+from hotswap.executor.errors import SparkConnectUnsupported
+from hotswap.executor.spark_connector import connector_package, local_connector_jars
 
 log = structlog.get_logger(__name__)
 

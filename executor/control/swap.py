@@ -19,21 +19,21 @@ from collections.abc import Callable
 import redis
 import structlog
 
-from contract.errors import HotswapError
-from contract.faults import crash_point
-from contract.fence import Fence
-from contract.journal import Journal, SwapPhase, SwapRecord
-from contract.models import GraphRecord, GraphState
-from contract.names import Keys
-from contract.records import read_progress
-from contract.settings import Settings
-from contract.windows import format_duration_ms, reached_cut, window_start
-from execution_graph.errors import QueryRejected
-from execution_graph.validation import check_cuttable
-from executor.control.admission import Admission
-from executor.control.graphs import Graphs
-from executor.control.waits import clock, start_blocker
-from service_sink.progress import ProgressReporter
+from hotswap.contract.errors import HotswapError
+from hotswap.contract.faults import crash_point
+from hotswap.contract.fence import Fence
+from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
+from hotswap.contract.models import GraphRecord, GraphState
+from hotswap.contract.names import Keys
+from hotswap.contract.records import read_progress
+from hotswap.contract.settings import Settings
+from hotswap.contract.windows import format_duration_ms, reached_cut, window_start
+from hotswap.execution_graph.errors import QueryRejected
+from hotswap.execution_graph.validation import check_cuttable
+from hotswap.executor.control.admission import Admission
+from hotswap.executor.control.graphs import Graphs
+from hotswap.executor.control.waits import clock, start_blocker
+from hotswap.service_sink.progress import ProgressReporter
 
 log = structlog.get_logger(__name__)
 

@@ -22,10 +22,10 @@ from kafka.errors import (
     UnknownTopicOrPartitionError,
 )
 
-from contract.errors import TimeoutExpired
-from contract.settings import Settings
-from executor.control.transient import retry_transient
-from executor.errors import ExecutorError
+from hotswap.contract.errors import TimeoutExpired
+from hotswap.contract.settings import Settings
+from hotswap.executor.control.transient import retry_transient
+from hotswap.executor.errors import ExecutorError
 
 log = structlog.get_logger(__name__)
 

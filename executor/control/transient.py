@@ -14,7 +14,7 @@ from typing import TypeVar
 import structlog
 from kafka.errors import KafkaError
 
-from executor.errors import ExecutorError
+from hotswap.executor.errors import ExecutorError
 
 log = structlog.get_logger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from contract.journal import SwapPhase, SwapRecord
-from contract.models import CurrentQuery, GraphProgress, GraphRecord, GraphState, ServiceState
+from hotswap.contract.journal import SwapPhase, SwapRecord
+from hotswap.contract.models import CurrentQuery, GraphProgress, GraphRecord, GraphState, ServiceState
 
 
 def start_blocker(

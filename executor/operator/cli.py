@@ -10,11 +10,11 @@ from typing import Annotated, Any
 
 import typer
 
-from contract.settings import Settings, load_settings
-from executor.logs import configure_logging
-from executor.operator.failures import operator_errors
-from executor.operator.render import console, iso, render_status
-from executor.operator.stack_cli import stack_app
+from hotswap.contract.settings import Settings, load_settings
+from hotswap.executor.logs import configure_logging
+from hotswap.executor.operator.failures import operator_errors
+from hotswap.executor.operator.render import console, iso, render_status
+from hotswap.executor.operator.stack_cli import stack_app
 
 app = typer.Typer(
     help="Replace a running Spark Structured Streaming query live.",
@@ -92,12 +92,12 @@ def run(
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask before --reset-namespace.")] = False,
 ) -> None:
     """Run the executor in the foreground (Ctrl-C stops it; a restart resumes)."""
-    from contract.names import Keys
-    from execution_graph.source import load_query_source
-    from executor.control.controller import Executor
-    from executor.control.lease import Lease
-    from executor.control.spark_session import build_spark_session, check_spark_target
-    from executor.operator.client import redis_client
+    from hotswap.contract.names import Keys
+    from hotswap.execution_graph.source import load_query_source
+    from hotswap.executor.control.controller import Executor
+    from hotswap.executor.control.lease import Lease
+    from hotswap.executor.control.spark_session import build_spark_session, check_spark_target
+    from hotswap.executor.operator.client import redis_client
 
     settings = ctx.obj.settings(
         window=window,
@@ -116,8 +116,8 @@ def run(
     client = redis_client(settings)
     Lease(client, Keys(settings.namespace).lease, settings.lease_ttl_ms).wait_until_free(settings.lease_wait_s)
     if reset_namespace:
-        from executor.control.namespace import reset
-        from executor.control.topics import Topics
+        from hotswap.executor.control.namespace import reset
+        from hotswap.executor.control.topics import Topics
 
         if not yes:
             typer.confirm(
@@ -157,7 +157,7 @@ def submit(
     namespace: NamespaceOpt = None,
 ) -> None:
     """Submit a replacement query. Prints the swap id; a rejected query prints the reason."""
-    from executor.operator.client import Client
+    from hotswap.executor.operator.client import Client
 
     client = Client(ctx.obj.settings(namespace=namespace))
     swap = client.submit(file, name, fix=fix)
@@ -175,7 +175,7 @@ def abort(
     namespace: NamespaceOpt = None,
 ) -> None:
     """Abort a swap that has not been cut yet; the running query keeps serving."""
-    from executor.operator.client import Client
+    from hotswap.executor.operator.client import Client
 
     record = Client(ctx.obj.settings(namespace=namespace)).abort(swap_id)
     typer.echo(f"aborted {record.id}")
@@ -191,8 +191,8 @@ def rollback(
     namespace: NamespaceOpt = None,
 ) -> None:
     """Undo a swap: before its cut, abort it; after it, swap back to the previous query at the next boundary."""
-    from contract.journal import SwapPhase
-    from executor.operator.client import Client
+    from hotswap.contract.journal import SwapPhase
+    from hotswap.executor.operator.client import Client
 
     client = Client(ctx.obj.settings(namespace=namespace))
     record = client.rollback(swap_id)
@@ -213,7 +213,7 @@ def status(
     namespace: NamespaceOpt = None,
 ) -> None:
     """The current query, swaps with their phases, the service graph's windows and watermark."""
-    from executor.operator.client import Client
+    from hotswap.executor.operator.client import Client
 
     doc = Client(ctx.obj.settings(namespace=namespace)).status()
     if as_json:
@@ -240,7 +240,7 @@ def generate(
     time_scale: Annotated[float, typer.Option(help="Event time runs this much faster than the clock.")] = 1.0,
 ) -> None:
     """Write seeded JSON events {key, value, ts} to the source topic."""
-    from executor.tools.generator import GeneratorReport, GeneratorSpec, produce
+    from hotswap.executor.tools.generator import GeneratorReport, GeneratorSpec, produce
 
     settings = ctx.obj.settings()
     spec = GeneratorSpec(
@@ -284,7 +284,7 @@ def demo(
     ] = False,
 ) -> None:
     """Start everything, stream events, swap the query live, and check the results."""
-    from executor.operator.demo import run_attached_demo, run_demo
+    from hotswap.executor.operator.demo import run_attached_demo, run_demo
 
     if attach:
         ok = run_attached_demo(ctx.obj, console, replacement, duration, swap_after)

@@ -11,13 +11,13 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from contract.errors import ConfigError, TimeoutExpired
-from contract.journal import Journal, SwapPhase, SwapRecord
-from contract.models import ExecutorPhase, ExecutorRecord, GraphProgress, GraphRecord, GraphState
-from contract.names import Keys
-from contract.records import read_counters, read_current, read_graphs, read_progress, read_service_state
-from contract.settings import Settings
-from contract.status import (
+from hotswap.contract.errors import ConfigError, TimeoutExpired
+from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
+from hotswap.contract.models import ExecutorPhase, ExecutorRecord, GraphProgress, GraphRecord, GraphState
+from hotswap.contract.names import Keys
+from hotswap.contract.records import read_counters, read_current, read_graphs, read_progress, read_service_state
+from hotswap.contract.settings import Settings
+from hotswap.contract.status import (
     CurrentStatus,
     ExecutorStatus,
     GraphStatus,
@@ -29,9 +29,9 @@ from contract.status import (
     Status,
     SwapStatus,
 )
-from execution_graph.source import load_query_source
-from executor.control.waits import clock, start_blocker, waiting_for
-from executor.errors import ExecutorError, SubmitRejected, SwapFailed
+from hotswap.execution_graph.source import load_query_source
+from hotswap.executor.control.waits import clock, start_blocker, waiting_for
+from hotswap.executor.errors import ExecutorError, SubmitRejected, SwapFailed
 
 
 def redis_client(settings: Settings, retries: int = 40) -> redis.Redis:

@@ -19,18 +19,18 @@ from typing import Any, Protocol
 from rich.console import Console
 from rich.table import Table
 
-from contract.journal import SwapPhase
-from contract.models import now_ms
-from contract.settings import Settings
-from execution_graph.source import load_query_source
-from executor.control.controller import Executor
-from executor.control.spark_session import build_spark_session
-from executor.operator.client import Client, redis_client
-from executor.stack import EmbeddedStack
-from executor.tools.generator import GeneratorSpec, produce
-from service_graph.kafka_io import SourceOffsets
-from service_sink.audit import Result, audit, read_results
-from service_sink.errors import TopicReadIncomplete
+from hotswap.contract.journal import SwapPhase
+from hotswap.contract.models import now_ms
+from hotswap.contract.settings import Settings
+from hotswap.execution_graph.source import load_query_source
+from hotswap.executor.control.controller import Executor
+from hotswap.executor.control.spark_session import build_spark_session
+from hotswap.executor.operator.client import Client, redis_client
+from hotswap.executor.stack import EmbeddedStack
+from hotswap.executor.tools.generator import GeneratorSpec, produce
+from hotswap.service_graph.kafka_io import SourceOffsets
+from hotswap.service_sink.audit import Result, audit, read_results
+from hotswap.service_sink.errors import TopicReadIncomplete
 
 TIME_SCALE = 5.0  # event time runs 5x faster than the clock: a 10 s window closes every 2 s
 # --attach: the load has ended once the source topic took no event for this long.

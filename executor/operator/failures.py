@@ -11,7 +11,7 @@ from typing import ParamSpec, TypeVar
 import redis
 import typer
 
-from contract.errors import HotswapError
+from hotswap.contract.errors import HotswapError
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -8,8 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from contract.settings import Settings
-from contract.status import Status
+from hotswap.contract.settings import Settings
+from hotswap.contract.status import Status
 
 console = Console()
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from executor.operator.failures import operator_errors
-from executor.operator.render import print_stack
+from hotswap.executor.operator.failures import operator_errors
+from hotswap.executor.operator.render import print_stack
 
 stack_app = typer.Typer(help="The embedded Kafka broker and Redis server.", no_args_is_help=True)
 
@@ -14,7 +14,7 @@ stack_app = typer.Typer(help="The embedded Kafka broker and Redis server.", no_a
 @operator_errors
 def stack_up(ctx: typer.Context) -> None:
     """Start Kafka (KRaft) and Redis under .hotswap/, unless they are configured as external."""
-    from executor.stack import EmbeddedStack
+    from hotswap.executor.stack import EmbeddedStack
 
     settings = ctx.obj.settings()
     print_stack(settings, EmbeddedStack(settings).up())
@@ -27,7 +27,7 @@ def stack_fetch(ctx: typer.Context) -> None:
 
     `run` uses the connector's jars when they are there, so a copy of the jars directory (HOTSWAP_JARS_DIR)
     lets an offline machine run; without them Spark downloads the connector itself."""
-    from executor.stack import EmbeddedStack
+    from hotswap.executor.stack import EmbeddedStack
 
     stack = EmbeddedStack(ctx.obj.settings())
     typer.echo(f"kafka broker jars: {stack.kafka_jars()}")
@@ -39,7 +39,7 @@ def stack_fetch(ctx: typer.Context) -> None:
 @operator_errors
 def stack_down(ctx: typer.Context) -> None:
     """Stop the processes `stack up` started (and nothing else)."""
-    from executor.stack import EmbeddedStack
+    from hotswap.executor.stack import EmbeddedStack
 
     stopped = EmbeddedStack(ctx.obj.settings()).down()
     typer.echo(f"stopped: {', '.join(stopped)}" if stopped else "nothing to stop")
@@ -49,7 +49,7 @@ def stack_down(ctx: typer.Context) -> None:
 @operator_errors
 def stack_status(ctx: typer.Context) -> None:
     """Addresses, pids and health of Kafka and Redis."""
-    from executor.stack import EmbeddedStack
+    from hotswap.executor.stack import EmbeddedStack
 
     settings = ctx.obj.settings()
     print_stack(settings, EmbeddedStack(settings).status())

@@ -16,8 +16,8 @@ Kafka connector jars, resolved with Maven from `compose/`) and `process` (spawni
 stopping the processes, and the state file that remembers them).
 """
 
-from executor.stack.embedded import EmbeddedStack, ServiceStatus
-from executor.stack.kafka import kafka_answers
-from executor.stack.redis import redis_answers
+from hotswap.executor.stack.embedded import EmbeddedStack, ServiceStatus
+from hotswap.executor.stack.kafka import kafka_answers
+from hotswap.executor.stack.redis import redis_answers
 
 __all__ = ["EmbeddedStack", "ServiceStatus", "kafka_answers", "redis_answers"]

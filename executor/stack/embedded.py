@@ -9,11 +9,11 @@ from pathlib import Path
 
 import structlog
 
-from contract.settings import Settings
-from executor.errors import StackError
-from executor.stack import jars
-from executor.stack.kafka import KafkaBroker, cluster_of
-from executor.stack.process import (
+from hotswap.contract.settings import Settings
+from hotswap.executor.errors import StackError
+from hotswap.executor.stack import jars
+from hotswap.executor.stack.kafka import KafkaBroker, cluster_of
+from hotswap.executor.stack.process import (
     Proc,
     ProcessState,
     failure_hint,
@@ -22,8 +22,8 @@ from executor.stack.process import (
     port_open,
     terminate_all,
 )
-from executor.stack.redis import RedisServer
-from executor.stack.service import Service
+from hotswap.executor.stack.redis import RedisServer
+from hotswap.executor.stack.service import Service
 
 log = structlog.get_logger(__name__)
 

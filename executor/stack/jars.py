@@ -18,15 +18,15 @@ from pathlib import Path
 
 import structlog
 
-from executor.errors import StackError
-from executor.spark_connector import (
+from hotswap.executor.errors import StackError
+from hotswap.executor.spark_connector import (
     COMPLETE_MARKER,
     CONNECTOR_ARTIFACTS,
     connector_dir,
     local_connector_jars,
     pyspark_version,
 )
-from executor.stack.process import last_line, locked
+from hotswap.executor.stack.process import last_line, locked
 
 log = structlog.get_logger(__name__)
 

@@ -16,11 +16,11 @@ import structlog
 from kafka import KafkaAdminClient  # type: ignore[import-untyped,unused-ignore]
 from kafka.errors import KafkaError  # type: ignore[import-untyped,unused-ignore]
 
-from contract.settings import Settings
-from executor.errors import StackError
-from executor.stack.jars import KAFKA_POM_DIR
-from executor.stack.process import LOCALHOST, Proc, last_line, port_open, rotate, spawn
-from executor.stack.service import Service
+from hotswap.contract.settings import Settings
+from hotswap.executor.errors import StackError
+from hotswap.executor.stack.jars import KAFKA_POM_DIR
+from hotswap.executor.stack.process import LOCALHOST, Proc, last_line, port_open, rotate, spawn
+from hotswap.executor.stack.service import Service
 
 log = structlog.get_logger(__name__)
 

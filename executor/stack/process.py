@@ -24,7 +24,7 @@ from typing import Any
 import psutil
 import structlog
 
-from executor.errors import StackError
+from hotswap.executor.errors import StackError
 
 log = structlog.get_logger(__name__)
 

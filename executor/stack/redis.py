@@ -7,9 +7,9 @@ from pathlib import Path
 import redis
 import structlog
 
-from contract.settings import Settings
-from executor.stack.process import LOCALHOST, Proc, port_open, rotate, spawn
-from executor.stack.service import Service
+from hotswap.contract.settings import Settings
+from hotswap.executor.stack.process import LOCALHOST, Proc, port_open, rotate, spawn
+from hotswap.executor.stack.service import Service
 
 log = structlog.get_logger(__name__)
 

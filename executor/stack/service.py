@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from contract.settings import Settings
+from hotswap.contract.settings import Settings
 
 
 class Service:

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from kafka import KafkaProducer
 
-from contract.errors import ConfigError
-from contract.models import now_ms
-from contract.settings import Settings
+from hotswap.contract.errors import ConfigError
+from hotswap.contract.models import now_ms
+from hotswap.contract.settings import Settings
 
 
 @dataclass(frozen=True)

@@ -23,13 +23,13 @@ import redis
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType
 
-from contract.journal import SwapPhase, SwapRecord
-from contract.names import Keys
-from contract.settings import Settings
-from executor.operator.client import Client, redis_client
-from executor.stack import EmbeddedStack
-from executor.tools.generator import GeneratorSpec
-from service_sink.audit import read_results
+from hotswap.contract.journal import SwapPhase, SwapRecord
+from hotswap.contract.names import Keys
+from hotswap.contract.settings import Settings
+from hotswap.executor.operator.client import Client, redis_client
+from hotswap.executor.stack import EmbeddedStack
+from hotswap.executor.tools.generator import GeneratorSpec
+from hotswap.service_sink.audit import read_results
 from tests.conftest import wait_until
 from tests.integration.harness import (
     JARS,

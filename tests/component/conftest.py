@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from contract.settings import Settings
+from hotswap.contract.settings import Settings
 from tests.component.fakes import World
 
 

@@ -10,16 +10,16 @@ import fakeredis
 from pyspark.sql import SparkSession
 from redis.client import Pipeline
 
-from contract.journal import Journal, SwapPhase, SwapRecord
-from contract.models import GraphProgress, GraphRecord, GraphState, QueryKind, QuerySource
-from contract.names import Keys
-from contract.settings import Settings
-from execution_graph.errors import GraphStartFailed, QueryRejected
-from execution_graph.validation import QueryShape, check_cuttable
-from executor.control.graphs import Graphs
-from executor.control.swap import SwapProtocol
-from executor.control.topics import Topics
-from service_sink.progress import ProgressReporter
+from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
+from hotswap.contract.models import GraphProgress, GraphRecord, GraphState, QueryKind, QuerySource
+from hotswap.contract.names import Keys
+from hotswap.contract.settings import Settings
+from hotswap.execution_graph.errors import GraphStartFailed, QueryRejected
+from hotswap.execution_graph.validation import QueryShape, check_cuttable
+from hotswap.executor.control.graphs import Graphs
+from hotswap.executor.control.swap import SwapProtocol
+from hotswap.executor.control.topics import Topics
+from hotswap.service_sink.progress import ProgressReporter
 
 # Never touched: the parts of Graphs that need Spark (validation, the runner) are faked below.
 NO_SPARK = cast(SparkSession, None)

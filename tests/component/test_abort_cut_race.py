@@ -6,11 +6,11 @@ from __future__ import annotations
 import fakeredis
 import pytest
 
-from contract.journal import IllegalTransition, Journal, SwapPhase, SwapRecord
-from contract.names import Keys
-from contract.settings import Settings
-from executor.errors import ExecutorError
-from executor.operator.client import Client
+from hotswap.contract.journal import IllegalTransition, Journal, SwapPhase, SwapRecord
+from hotswap.contract.names import Keys
+from hotswap.contract.settings import Settings
+from hotswap.executor.errors import ExecutorError
+from hotswap.executor.operator.client import Client
 from tests.component.fakes import RacingRedis
 
 pytestmark = pytest.mark.component

@@ -33,20 +33,20 @@ from kafka.errors import (
 )
 from pyspark.sql.streaming.query import StreamingQuery
 
-from contract.errors import ControlStateLost, LeaseLost
-from contract.fence import Fence
-from contract.journal import SwapPhase, SwapRecord
-from contract.lifecycle import HEALTHY_RESET_S
-from contract.models import GraphRecord, GraphState
-from contract.names import Keys
-from contract.settings import Settings
-from execution_graph.errors import GraphStartFailed
-from executor.control.controller import FATAL
-from executor.control.lease import Lease
-from executor.control.transient import TransientErrorsPersisted, is_transient, retry_transient
-from executor.errors import LeaseHeld
-from service_graph.errors import ServiceGraphError
-from service_graph.query import ServiceGraph
+from hotswap.contract.errors import ControlStateLost, LeaseLost
+from hotswap.contract.fence import Fence
+from hotswap.contract.journal import SwapPhase, SwapRecord
+from hotswap.contract.lifecycle import HEALTHY_RESET_S
+from hotswap.contract.models import GraphRecord, GraphState
+from hotswap.contract.names import Keys
+from hotswap.contract.settings import Settings
+from hotswap.execution_graph.errors import GraphStartFailed
+from hotswap.executor.control.controller import FATAL
+from hotswap.executor.control.lease import Lease
+from hotswap.executor.control.transient import TransientErrorsPersisted, is_transient, retry_transient
+from hotswap.executor.errors import LeaseHeld
+from hotswap.service_graph.errors import ServiceGraphError
+from hotswap.service_graph.query import ServiceGraph
 from tests.component.fakes import NO_SPARK, ManualClock, World, query
 
 pytestmark = pytest.mark.component

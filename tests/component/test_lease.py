@@ -17,13 +17,13 @@ from collections.abc import Iterator
 import fakeredis
 import pytest
 
-from contract.errors import LeaseLost
-from contract.fence import Fence
-from contract.journal import Journal, SwapPhase, SwapRecord
-from contract.names import Keys
-from contract.settings import Settings
-from executor.control.lease import Lease, process_space
-from executor.errors import LeaseHeld
+from hotswap.contract.errors import LeaseLost
+from hotswap.contract.fence import Fence
+from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
+from hotswap.contract.names import Keys
+from hotswap.contract.settings import Settings
+from hotswap.executor.control.lease import Lease, process_space
+from hotswap.executor.errors import LeaseHeld
 from tests.component.fakes import ManualClock
 from tests.conftest import wait_until
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from contract.journal import SwapPhase
-from contract.models import GraphState
-from contract.settings import Settings
-from executor.operator.client import Client
+from hotswap.contract.journal import SwapPhase
+from hotswap.contract.models import GraphState
+from hotswap.contract.settings import Settings
+from hotswap.executor.operator.client import Client
 from tests.component.fakes import World
 
 pytestmark = pytest.mark.component

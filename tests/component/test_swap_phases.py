@@ -9,8 +9,8 @@ from collections import deque
 import fakeredis
 import pytest
 
-from contract.journal import IllegalTransition, Journal, SwapPhase, SwapRecord, check_transition
-from contract.names import Keys
+from hotswap.contract.journal import IllegalTransition, Journal, SwapPhase, SwapRecord, check_transition
+from hotswap.contract.names import Keys
 
 pytestmark = pytest.mark.component
 

@@ -19,10 +19,10 @@ import pytest
 import redis
 from pyspark.sql import SparkSession
 
-from contract.settings import Settings
-from executor.control.spark_session import build_spark_session
-from executor.operator.client import Client, redis_client
-from executor.stack import EmbeddedStack
+from hotswap.contract.settings import Settings
+from hotswap.executor.control.spark_session import build_spark_session
+from hotswap.executor.operator.client import Client, redis_client
+from hotswap.executor.stack import EmbeddedStack
 from tests.conftest import wait_until
 from tests.integration.harness import JARS, REPO, namespace_settings
 from tests.integration.oracle import KEEP_EVERY_BATCH

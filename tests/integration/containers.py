@@ -21,7 +21,7 @@ from testcontainers.core.config import testcontainers_config
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.wait_strategies import LogMessageWaitStrategy
 
-from executor.stack import kafka_answers, redis_answers
+from hotswap.executor.stack import kafka_answers, redis_answers
 
 REPO = Path(__file__).resolve().parents[2]
 LOCALHOST = "127.0.0.1"

@@ -21,14 +21,14 @@ from typing import Any
 import redis
 from pyspark.sql import SparkSession
 
-from contract.faults import CRASH_ENV
-from contract.names import Keys
-from contract.settings import Settings
-from execution_graph.source import load_query_source
-from executor.control.controller import Executor
-from executor.operator.client import Client, redis_client
-from executor.tools.generator import GeneratorSpec, produce
-from service_sink.audit import read_topic_records
+from hotswap.contract.faults import CRASH_ENV
+from hotswap.contract.names import Keys
+from hotswap.contract.settings import Settings
+from hotswap.execution_graph.source import load_query_source
+from hotswap.executor.control.controller import Executor
+from hotswap.executor.operator.client import Client, redis_client
+from hotswap.executor.tools.generator import GeneratorSpec, produce
+from hotswap.service_sink.audit import read_topic_records
 from tests.conftest import wait_until
 from tests.integration.oracle import KEEP_EVERY_BATCH
 
@@ -197,7 +197,7 @@ def read_topic(settings: Settings, topic: str) -> list[Record]:
 
 # -- the executor as a separate process (for crashes) ------------------------------------------------
 def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
-    """The environment that gives `python -m executor` these settings."""
+    """The environment that gives `python -m hotswap` these settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HOTSWAP_")}
     values = {
         "HOME": str(settings.home),
@@ -230,7 +230,7 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
 def run_cli(settings: Settings, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """`hotswap ARGS` in a child process with these settings; returns when it exits."""
     return subprocess.run(
-        [sys.executable, "-m", "executor", *args],
+        [sys.executable, "-m", "hotswap", *args],
         env=settings_env(settings, **env),
         capture_output=True,
         text=True,
@@ -257,7 +257,7 @@ class ExecutorProcess:
         self.log_path = log_dir / f"executor-{crash_at or 'run'}-{time.monotonic_ns()}.log"
         self._log = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "executor", "run", "--query", str(query), *args],
+            [sys.executable, "-m", "hotswap", "run", "--query", str(query), *args],
             env=settings_env(settings, **extra),
             stdout=self._log,
             stderr=subprocess.STDOUT,

@@ -24,10 +24,10 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from contract.journal import SwapRecord
-from contract.settings import Settings
-from contract.windows import cut_boundary, window_end
-from service_sink.audit import Result, read_topic_records
+from hotswap.contract.journal import SwapRecord
+from hotswap.contract.settings import Settings
+from hotswap.contract.windows import cut_boundary, window_end
+from hotswap.service_sink.audit import Result, read_topic_records
 from tests.conftest import wait_until
 
 EventId = tuple[int, int]  # (source partition, offset)

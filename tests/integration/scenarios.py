@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract.models import GraphState
-from contract.settings import Settings
-from contract.status import Status, SwapStatus
-from executor.operator.client import Client
-from executor.tools.generator import GeneratorSpec
-from service_sink.audit import read_results
+from hotswap.contract.models import GraphState
+from hotswap.contract.settings import Settings
+from hotswap.contract.status import Status, SwapStatus
+from hotswap.executor.operator.client import Client
+from hotswap.executor.tools.generator import GeneratorSpec
+from hotswap.service_sink.audit import read_results
 from tests.conftest import wait_until
 from tests.integration.harness import QUERIES, REPO, committed_watermark, continuous_load
 from tests.integration.oracle import (

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from contract.names import Keys
-from contract.settings import Settings
-from executor.operator.client import Client
+from hotswap.contract.names import Keys
+from hotswap.contract.settings import Settings
+from hotswap.executor.operator.client import Client
 from tests.conftest import wait_until
 from tests.integration.harness import ExecutorProcess
 from tests.integration.oracle import KEEP_EVERY_BATCH

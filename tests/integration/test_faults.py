@@ -10,15 +10,15 @@ import pytest
 import redis
 from pyspark.sql import SparkSession
 
-from contract.journal import SwapPhase, SwapRecord
-from contract.models import GraphState
-from contract.names import Keys
-from contract.settings import Settings
-from execution_graph.source import load_query_source
-from executor.errors import SubmitRejected
-from executor.operator.client import Client
-from executor.tools.generator import GeneratorSpec
-from service_sink.audit import read_results
+from hotswap.contract.journal import SwapPhase, SwapRecord
+from hotswap.contract.models import GraphState
+from hotswap.contract.names import Keys
+from hotswap.contract.settings import Settings
+from hotswap.execution_graph.source import load_query_source
+from hotswap.executor.errors import SubmitRejected
+from hotswap.executor.operator.client import Client
+from hotswap.executor.tools.generator import GeneratorSpec
+from hotswap.service_sink.audit import read_results
 from tests.conftest import wait_until
 from tests.integration.conftest import Services
 from tests.integration.harness import (

@@ -17,13 +17,13 @@ import pytest
 from kafka import KafkaProducer
 from pyspark.sql import SparkSession
 
-from contract.journal import SwapPhase, SwapRecord
-from contract.models import GraphState
-from contract.settings import Settings
-from executor.control.topics import Topics
-from executor.operator.client import Client
-from executor.tools.generator import GeneratorSpec
-from service_sink.audit import read_results
+from hotswap.contract.journal import SwapPhase, SwapRecord
+from hotswap.contract.models import GraphState
+from hotswap.contract.settings import Settings
+from hotswap.executor.control.topics import Topics
+from hotswap.executor.operator.client import Client
+from hotswap.executor.tools.generator import GeneratorSpec
+from hotswap.service_sink.audit import read_results
 from tests.conftest import wait_until
 from tests.integration.harness import (
     REPO,

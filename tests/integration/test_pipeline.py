@@ -9,10 +9,10 @@ import redis
 from kafka import KafkaProducer
 from pyspark.sql import SparkSession
 
-from contract.settings import Settings
-from executor.operator.client import Client
-from executor.tools.generator import GeneratorSpec, produce
-from service_sink.audit import read_results
+from hotswap.contract.settings import Settings
+from hotswap.executor.operator.client import Client
+from hotswap.executor.tools.generator import GeneratorSpec, produce
+from hotswap.service_sink.audit import read_results
 from tests.conftest import wait_until
 from tests.integration.harness import REPO, committed_watermark, executor_running, read_topic
 from tests.integration.oracle import Version, assert_invariants, count_and_total, settle

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from contract.settings import Settings
-from executor.operator.client import Client
-from executor.tools.generator import GeneratorSpec, produce
+from hotswap.contract.settings import Settings
+from hotswap.executor.operator.client import Client
+from hotswap.executor.tools.generator import GeneratorSpec, produce
 from tests.conftest import wait_until
 from tests.integration.harness import QUERIES, committed_watermark, executor_running, read_topic
 

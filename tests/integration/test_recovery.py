@@ -9,13 +9,13 @@ import pytest
 import redis
 from pyspark.sql import SparkSession
 
-from contract.journal import SwapPhase, SwapRecord
-from contract.models import GraphState
-from contract.names import Keys
-from contract.settings import Settings
-from executor.operator.client import Client
-from executor.tools.generator import GeneratorSpec
-from service_sink.audit import read_results
+from hotswap.contract.journal import SwapPhase, SwapRecord
+from hotswap.contract.models import GraphState
+from hotswap.contract.names import Keys
+from hotswap.contract.settings import Settings
+from hotswap.executor.operator.client import Client
+from hotswap.executor.tools.generator import GeneratorSpec
+from hotswap.service_sink.audit import read_results
 from tests.conftest import wait_until
 from tests.integration.harness import REPO, ExecutorProcess, committed_watermark, continuous_load, executor_running
 from tests.integration.oracle import Version, assert_invariants, count_and_total, mean_and_n, peak_and_low, settle

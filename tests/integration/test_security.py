@@ -9,8 +9,8 @@ import pytest
 import redis
 from pydantic import SecretStr
 
-from contract.settings import Settings
-from executor.operator.client import Client, redis_client
+from hotswap.contract.settings import Settings
+from hotswap.executor.operator.client import Client, redis_client
 from tests.integration.harness import run_cli
 
 pytestmark = [pytest.mark.integration]

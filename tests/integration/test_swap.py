@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from contract.journal import SwapPhase
-from contract.settings import Settings
-from executor.operator.client import Client
-from executor.tools.generator import GeneratorSpec, produce
-from service_sink.audit import read_results
+from hotswap.contract.journal import SwapPhase
+from hotswap.contract.settings import Settings
+from hotswap.executor.operator.client import Client
+from hotswap.executor.tools.generator import GeneratorSpec, produce
+from hotswap.service_sink.audit import read_results
 from tests.conftest import wait_until
 from tests.integration.harness import committed_watermark, continuous_load, executor_running, read_topic
 from tests.integration.oracle import Version, assert_invariants, count_and_total, peak_and_low, settle

@@ -14,15 +14,15 @@ import pytest
 from kafka import KafkaProducer
 from pyspark.sql import DataFrame, SparkSession
 
-from contract.models import QueryKind, QuerySource
-from contract.settings import Settings
-from contract.windows import marker_event_time
-from execution_graph.errors import QueryRejected
-from execution_graph.graph import events_stream
-from execution_graph.source import load_query_source
-from execution_graph.user_query import apply_query
-from execution_graph.validation import QueryShape, validate_query
-from executor.control.topics import Topics
+from hotswap.contract.models import QueryKind, QuerySource
+from hotswap.contract.settings import Settings
+from hotswap.contract.windows import marker_event_time
+from hotswap.execution_graph.errors import QueryRejected
+from hotswap.execution_graph.graph import events_stream
+from hotswap.execution_graph.source import load_query_source
+from hotswap.execution_graph.user_query import apply_query
+from hotswap.execution_graph.validation import QueryShape, validate_query
+from hotswap.executor.control.topics import Topics
 from tests.integration.conftest import Services
 from tests.integration.harness import JARS, QUERIES, REPO
 

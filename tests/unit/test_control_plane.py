@@ -9,16 +9,24 @@ import fakeredis
 import pytest
 from kafka.errors import NodeNotReadyError, TopicAuthorizationFailedError
 
-from contract.journal import Journal, SwapPhase, SwapRecord
-from contract.models import CurrentQuery, GraphRecord, GraphState, NodePosition, QueryKind, QuerySource, ServiceState
-from contract.names import Keys
-from contract.settings import Settings
-from contract.status import OwnerStatus
-from execution_graph.validation import QueryShape
-from executor.control.swap import SwapProtocol
-from executor.control.transient import TransientErrorsPersisted, retry_transient
-from executor.control.waits import recovered_queries, start_blocker, waiting_for
-from executor.operator.client import window_owners
+from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
+from hotswap.contract.models import (
+    CurrentQuery,
+    GraphRecord,
+    GraphState,
+    NodePosition,
+    QueryKind,
+    QuerySource,
+    ServiceState,
+)
+from hotswap.contract.names import Keys
+from hotswap.contract.settings import Settings
+from hotswap.contract.status import OwnerStatus
+from hotswap.execution_graph.validation import QueryShape
+from hotswap.executor.control.swap import SwapProtocol
+from hotswap.executor.control.transient import TransientErrorsPersisted, retry_transient
+from hotswap.executor.control.waits import recovered_queries, start_blocker, waiting_for
+from hotswap.executor.operator.client import window_owners
 
 WINDOWS = {"a": 10_000, "b": 30_000, "c": 20_000}
 

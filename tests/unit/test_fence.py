@@ -11,16 +11,16 @@ from pathlib import Path
 import fakeredis
 import pytest
 
-from contract.errors import ControlStateLost, LeaseLost
-from contract.fence import Fence, fenced_write
-from contract.journal import Journal, SwapPhase, SwapRecord
-from contract.models import GraphRecord, QueryKind, QuerySource, new_spark_query_id
-from contract.names import Keys
-from contract.settings import Settings
-from execution_graph.errors import GraphStartFailed
-from execution_graph.graph import claim_checkpoint
-from executor.control.lease import Lease, holder_is_dead, process_space
-from executor.control.namespace import claim, reset
+from hotswap.contract.errors import ControlStateLost, LeaseLost
+from hotswap.contract.fence import Fence, fenced_write
+from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
+from hotswap.contract.models import GraphRecord, QueryKind, QuerySource, new_spark_query_id
+from hotswap.contract.names import Keys
+from hotswap.contract.settings import Settings
+from hotswap.execution_graph.errors import GraphStartFailed
+from hotswap.execution_graph.graph import claim_checkpoint
+from hotswap.executor.control.lease import Lease, holder_is_dead, process_space
+from hotswap.executor.control.namespace import claim, reset
 
 KEYS = Keys("unit")
 

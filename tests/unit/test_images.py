@@ -12,7 +12,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from executor.stack.jars import kafka_version
+from hotswap.executor.stack.jars import kafka_version
 from tests.integration.containers import image_versions
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,13 +1,13 @@
 import fakeredis
 import pytest
 
-from contract.journal import (
+from hotswap.contract.journal import (
     Journal,
     SwapPhase,
     SwapRecord,
     UnknownSwap,
 )
-from contract.names import Keys
+from hotswap.contract.names import Keys
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 from typing import Any
 
-from contract.lifecycle import HEALTHY_RESET_S, RestartBudget, stop_between_batches
+from hotswap.contract.lifecycle import HEALTHY_RESET_S, RestartBudget, stop_between_batches
 
 
 class BusyQuery:

@@ -19,10 +19,10 @@ import json, sys
 import fakeredis
 from typer.testing import CliRunner
 
-from contract.journal import Journal, SwapRecord
-from contract.names import Keys
-from contract.models import QueryKind, QuerySource
-from executor.operator import cli, client
+from hotswap.contract.journal import Journal, SwapRecord
+from hotswap.contract.names import Keys
+from hotswap.contract.models import QueryKind, QuerySource
+from hotswap.executor.operator import cli, client
 
 server = fakeredis.FakeServer()
 client.redis_client = lambda settings, retries=40: fakeredis.FakeRedis(server=server)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import structlog
 
-from executor.logs import configure_logging
+from hotswap.executor.logs import configure_logging
 
 
 @pytest.fixture
@@ -37,13 +37,13 @@ def test_library_and_hotswap_lines_are_json_with_level_logger_time_and_context(s
     configure_logging("json", "info", stream=stream)
     structlog.contextvars.bind_contextvars(namespace="blue")
     logging.getLogger("kafka.conn").warning("broker %s is unreachable", "b1:9092")
-    structlog.get_logger("executor.control.swap").bind(swap_id="s-1").info("swap cut", query_id="max")
+    structlog.get_logger("hotswap.executor.control.swap").bind(swap_id="s-1").info("swap cut", query_id="max")
 
     library, own = json_lines(stream)
     assert library["event"] == "broker b1:9092 is unreachable"
     assert (library["level"], library["logger"], library["namespace"]) == ("warning", "kafka.conn", "blue")
     assert own["event"] == "swap cut"
-    assert (own["level"], own["logger"]) == ("info", "executor.control.swap")
+    assert (own["level"], own["logger"]) == ("info", "hotswap.executor.control.swap")
     assert (own["swap_id"], own["query_id"], own["namespace"]) == ("s-1", "max", "blue")
     for line in (library, own):
         assert line["timestamp"].endswith("Z")

@@ -1,11 +1,11 @@
 import pytest
 
-from contract.errors import ConfigError
-from execution_graph.errors import QueryRejected
-from execution_graph.validation import check_cuttable
-from executor.tools.generator import GeneratorSpec, events
-from service_sink.audit import Result, audit
-from service_sink.progress import parse_spark_time
+from hotswap.contract.errors import ConfigError
+from hotswap.execution_graph.errors import QueryRejected
+from hotswap.execution_graph.validation import check_cuttable
+from hotswap.executor.tools.generator import GeneratorSpec, events
+from hotswap.service_sink.audit import Result, audit
+from hotswap.service_sink.progress import parse_spark_time
 
 
 def test_progress_times_from_spark_are_epoch_ms() -> None:

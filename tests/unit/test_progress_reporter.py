@@ -9,9 +9,9 @@ import fakeredis
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 from pyspark.sql.streaming.query import StreamingQuery
 
-from contract.names import Keys
-from contract.records import read_progress
-from service_sink.progress import ProgressReporter
+from hotswap.contract.names import Keys
+from hotswap.contract.records import read_progress
+from hotswap.service_sink.progress import ProgressReporter
 
 KEYS = Keys("unit")
 

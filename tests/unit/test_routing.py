@@ -1,9 +1,9 @@
 import pytest
 
-from contract.journal import SwapPhase, SwapRecord
-from contract.models import GraphRecord, NodePosition, QueryKind, QuerySource, ServiceState
-from service_graph.errors import NoTargetGraph
-from service_graph.routing import (
+from hotswap.contract.journal import SwapPhase, SwapRecord
+from hotswap.contract.models import GraphRecord, NodePosition, QueryKind, QuerySource, ServiceState
+from hotswap.service_graph.errors import NoTargetGraph
+from hotswap.service_graph.routing import (
     IdleClock,
     Idleness,
     PartitionBatchStats,

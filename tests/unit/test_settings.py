@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from contract.errors import ConfigError
-from contract.settings import Settings, load_settings
+from hotswap.contract.errors import ConfigError
+from hotswap.contract.settings import Settings, load_settings
 
 
 @pytest.fixture(autouse=True)

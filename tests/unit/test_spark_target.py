@@ -11,12 +11,12 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from contract.errors import ConfigError
-from contract.settings import Settings, load_settings
-from executor.control import spark_session
-from executor.control.spark_session import check_spark_target, is_local_master, session_conf
-from executor.errors import SparkConnectUnsupported
-from executor.operator import cli, client
+from hotswap.contract.errors import ConfigError
+from hotswap.contract.settings import Settings, load_settings
+from hotswap.executor.control import spark_session
+from hotswap.executor.control.spark_session import check_spark_target, is_local_master, session_conf
+from hotswap.executor.errors import SparkConnectUnsupported
+from hotswap.executor.operator import cli, client
 
 
 @pytest.fixture(autouse=True)

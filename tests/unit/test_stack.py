@@ -15,13 +15,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from contract.settings import Settings
-from executor.control.spark_session import connector_conf
-from executor.errors import StackError
-from executor.spark_connector import COMPLETE_MARKER, CONNECTOR_ARTIFACTS
-from executor.stack import EmbeddedStack
-from executor.stack.kafka import KafkaBroker, cluster_of
-from executor.stack.process import (
+from hotswap.contract.settings import Settings
+from hotswap.executor.control.spark_session import connector_conf
+from hotswap.executor.errors import StackError
+from hotswap.executor.spark_connector import COMPLETE_MARKER, CONNECTOR_ARTIFACTS
+from hotswap.executor.stack import EmbeddedStack
+from hotswap.executor.stack.kafka import KafkaBroker, cluster_of
+from hotswap.executor.stack.process import (
     START_BANNER,
     Proc,
     ProcessState,
@@ -31,7 +31,7 @@ from executor.stack.process import (
     started_after_boot,
     terminate_all,
 )
-from executor.stack.redis import mask_url
+from hotswap.executor.stack.redis import mask_url
 
 NO_SUCH_PID = 2**22 + 1  # above Linux's largest pid_max
 

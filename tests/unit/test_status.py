@@ -10,8 +10,8 @@ import fakeredis
 import pytest
 from typer.testing import CliRunner
 
-from contract.journal import Journal, SwapPhase, SwapRecord
-from contract.models import (
+from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
+from hotswap.contract.models import (
     CurrentQuery,
     ExecutorPhase,
     ExecutorRecord,
@@ -23,10 +23,10 @@ from contract.models import (
     QuerySource,
     ServiceState,
 )
-from contract.names import Keys
-from contract.settings import Settings
-from contract.status import Status, json_schema_text
-from executor.operator import cli, client
+from hotswap.contract.names import Keys
+from hotswap.contract.settings import Settings
+from hotswap.contract.status import Status, json_schema_text
+from hotswap.executor.operator import cli, client
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = REPO / "docs" / "status.schema.json"

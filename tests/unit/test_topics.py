@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from kafka.errors import InvalidReplicationFactorError
 
-from contract.settings import Settings
-from executor.control import topics as topics_module
-from executor.control.topics import Topics
-from executor.control.transient import TransientErrorsPersisted
+from hotswap.contract.settings import Settings
+from hotswap.executor.control import topics as topics_module
+from hotswap.executor.control.topics import Topics
+from hotswap.executor.control.transient import TransientErrorsPersisted
 
 
 class FakeAdmin:

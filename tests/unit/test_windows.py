@@ -1,7 +1,7 @@
 import pytest
 
-from contract.errors import ConfigError
-from contract.windows import (
+from hotswap.contract.errors import ConfigError
+from hotswap.contract.windows import (
     common_boundary_ms,
     cut_boundary,
     format_duration_ms,

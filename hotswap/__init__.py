@@ -1,0 +1,7 @@
+"""hotswap: replace a running Spark Structured Streaming query live.
+
+The one import package hotswap installs. Its rooms are the project's top-level folders, mapped under
+this namespace (docs/architecture.md, "The rooms"): `hotswap.contract`, `hotswap.executor`,
+`hotswap.service_graph`, `hotswap.execution_graph` and `hotswap.service_sink`. In a checkout they
+are links to those folders; a built wheel holds them as plain packages.
+"""
