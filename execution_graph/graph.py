@@ -61,7 +61,7 @@ def events_stream(
         .options(**settings.spark_kafka_options())
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+        .option("maxOffsetsPerTrigger", str(graph_batch_cap(settings)))
         # The topic is deleted only after the graph retires; its rows are the buffer and must not vanish.
         .option("failOnDataLoss", "true")
         .option("includeHeaders", "true")
@@ -72,8 +72,8 @@ def events_stream(
     route = f"split(CAST(try_element_at(filter(headers, h -> h.key = '{ROUTE_HEADER}'), 1).value AS STRING), ',')"
     rows = raw.selectExpr(f"{route} AS route", "key", "value").selectExpr(
         "route[0] AS kind",
-        "try_cast(route[1] AS INT) AS src_partition",
-        "try_cast(route[2] AS BIGINT) AS src_offset",
+        "try_cast(route[1] AS INT) AS _hotswap_partition",
+        "try_cast(route[2] AS BIGINT) AS _hotswap_offset",
         f"timestamp_millis(try_cast(route[3] AS BIGINT)) AS {EVENT_TIME_COLUMN}",
         f"timestamp_millis(try_cast(route[4] AS BIGINT)) AS {KAFKA_TIMESTAMP_COLUMN}",
         "key",
@@ -83,21 +83,38 @@ def events_stream(
     # Keeps data rows and drops markers, but only after the watermark node has seen them.
     keep = "true" if start_after is None else f"{EVENT_TIME_COLUMN} >= timestamp_millis({int(start_after)})"
     data = watermarked.where(f"CASE WHEN kind = 'data' THEN {keep} ELSE {EVENT_TIME_COLUMN} IS NULL END")
-    # A service-graph batch that Spark replays after a crash writes its rows again; each source
-    # event (partition, offset) is counted once. With the event time in the key, Spark evicts an
-    # entry once the service watermark passes it, so this state stays bounded.
-    unique = data.dropDuplicates(["src_partition", "src_offset", EVENT_TIME_COLUMN])
-    # Parsed once, here, with the version's own schema; markers and duplicates never reach it.
-    parsed = unique.selectExpr(
-        f"{_decode(reads)} AS r",
+    # Parsed once, here, with the version's own schema, and spread into the view's columns before
+    # the duplicates are dropped: Spark then prunes the fields the query never reads before the
+    # shuffle the deduplication needs, instead of shuffling whole records.
+    fields = [
+        f"r.`{_escaped(name)}` AS `{_escaped(name)}`"
+        for name in spark_schema(spark, reads).names
+        if name != EVENT_TIME_COLUMN  # the record's own event_time (the event time itself) gives way to hotswap's
+    ]
+    parsed = data.selectExpr(
+        "_hotswap_partition",
+        "_hotswap_offset",
         EVENT_TIME_COLUMN,
         f"CAST(key AS STRING) AS {KAFKA_KEY_COLUMN}",
         KAFKA_TIMESTAMP_COLUMN,
+        f"{_decode(reads)} AS r",
+    ).selectExpr(
+        *fields, "_hotswap_partition", "_hotswap_offset", EVENT_TIME_COLUMN, KAFKA_KEY_COLUMN, KAFKA_TIMESTAMP_COLUMN
     )
-    fields = [f"r.`{_escaped(name)}` AS `{_escaped(name)}`" for name in spark_schema(spark, reads).names]
-    # The record's own event_time column (allowed only as the event time itself) gives way to hotswap's.
-    fields = [f for f in fields if not f.endswith(f"AS `{EVENT_TIME_COLUMN}`")]
-    return parsed.selectExpr(*fields, EVENT_TIME_COLUMN, KAFKA_KEY_COLUMN, KAFKA_TIMESTAMP_COLUMN)
+    # A service-graph batch that Spark replays after a crash writes its rows again; each source
+    # event (partition, offset) is counted once. With the event time in the key, Spark evicts an
+    # entry once the service watermark passes it, so this state stays bounded.
+    unique = parsed.dropDuplicates(["_hotswap_partition", "_hotswap_offset", EVENT_TIME_COLUMN])
+    return unique.drop("_hotswap_partition", "_hotswap_offset")
+
+
+def graph_batch_cap(settings: Settings) -> int:
+    """Most rows one execution-graph batch reads. A service batch writes at most
+    `max_offsets_per_trigger` rows to a graph, then its marker: twice that, plus room for the markers
+    of ticks, lets a graph read a whole service batch and its marker in one batch (so the marker does
+    not land a batch late, and neither does a drain) and catch up when it falls behind, while memory
+    stays bounded."""
+    return 2 * settings.max_offsets_per_trigger + 64
 
 
 def _decode(reads: SourceSpec) -> str:

@@ -9,6 +9,12 @@ and window end; counts by route and by dead-letter reason) are aggregated by Spa
 the very rows being written, so a batch is one job, with nothing persisted. Kafka is written through
 Spark's DataSource V2 writer, which delivers observed metrics (the V1 writer does not): the session
 takes Kafka off `spark.sql.sources.useV1SourceList` (executor/control/spark_session.py).
+
+The batch's own numbers (the watermark rows are late behind, the time-jump limit, each destination's
+event-time range) are not written into the SQL as literals: Spark inlines a long literal into the
+Java code it generates, so every batch would compile its code anew (about 180 ms a batch, measured).
+They come from a one-row table joined to the batch by broadcast, so the generated code is the same
+from batch to batch and Spark's code cache serves it.
 """
 
 from __future__ import annotations
@@ -79,40 +85,59 @@ def route_and_write(read: DataFrame, plan: RoutingPlan, settings: Settings, part
     return stats
 
 
+def _with_constants(read: DataFrame, plan: RoutingPlan) -> DataFrame:
+    """The batch's records, each with the plan's numbers as columns (`_late_before`, `_ahead_after`,
+    `_since_i`, `_until_i`; an open bound is the smallest or largest long)."""
+    values = [_bound(plan.late_before, LOWEST), _bound(plan.ahead_after, HIGHEST)]
+    names = ["_late_before", "_ahead_after"]
+    for i, destination in enumerate(plan.receivers):
+        values += [_bound(destination.since, LOWEST), _bound(destination.until, HIGHEST)]
+        names += [f"_since_{i}", f"_until_{i}"]
+    schema = ", ".join(f"{name} BIGINT" for name in names)
+    constants = read.sparkSession.createDataFrame([tuple(values)], schema)
+    return read.crossJoin(F.broadcast(constants))
+
+
+LOWEST, HIGHEST = -(2**63), 2**63 - 1
+
+
+def _bound(value: int | None, unbounded: int) -> int:
+    return unbounded if value is None else value
+
+
 def _classified(read: DataFrame, plan: RoutingPlan, settings: Settings) -> DataFrame:
     """Adds `route` (dead_letter, late or data) and the routed row's `window_end`; a record too far
-    ahead of the watermark gets its reason here."""
-    ahead = "false" if plan.ahead_after is None else f"ts > {plan.ahead_after}"
-    late = "false" if plan.late_before is None else f"ts < {plan.late_before}"
+    ahead of the watermark gets its reason here. Keeps the plan's bounds as columns for what follows."""
     jump = sql_str(f"event time more than {format_duration_ms(settings.max_time_jump_ms)} ahead of the watermark")
     size = settings.window_ms
+    bounds = [f"_{side}_{i}" for i in range(len(plan.receivers)) for side in ("since", "until")]
     return (
-        read.selectExpr(
+        _with_constants(read, plan)
+        .selectExpr(
             "partition",
             "offset",
             "key",
             "value",
             "timestamp",
             "ts",
-            f"CASE WHEN reason IS NULL AND {ahead} THEN {jump} ELSE reason END AS reason",
-            f"CASE WHEN reason IS NULL AND {ahead} THEN {sql_str(DeadLetterReason.TOO_FAR_AHEAD)} "
+            f"CASE WHEN reason IS NULL AND ts > _ahead_after THEN {jump} ELSE reason END AS reason",
+            f"CASE WHEN reason IS NULL AND ts > _ahead_after THEN {sql_str(DeadLetterReason.TOO_FAR_AHEAD)} "
             "ELSE reason_code END AS reason_code",
+            "_late_before",
+            *bounds,
         )
         .selectExpr(
             "*",
-            f"CASE WHEN reason IS NOT NULL THEN 'dead_letter' WHEN {late} THEN 'late' ELSE 'data' END AS route",
+            "CASE WHEN reason IS NOT NULL THEN 'dead_letter' WHEN ts < _late_before THEN 'late' ELSE 'data' END "
+            "AS route",
         )
         .selectExpr("*", f"CASE WHEN route = 'data' THEN (ts DIV {size}) * {size} + {size} END AS window_end")
     )
 
 
-def _holds(destination: Destination) -> str:
-    bounds = []
-    if destination.since is not None:
-        bounds.append(f"ts >= {destination.since}")
-    if destination.until is not None:
-        bounds.append(f"ts < {destination.until}")
-    return " AND ".join(bounds) or "true"
+def _holds(i: int) -> str:
+    """Whether destination i's event-time range holds the row (its bounds are columns: see _with_constants)."""
+    return f"ts >= _since_{i} AND ts < _until_{i}"
 
 
 def _for_kafka(routed: DataFrame, plan: RoutingPlan, settings: Settings) -> DataFrame:
@@ -139,7 +164,7 @@ def _for_kafka(routed: DataFrame, plan: RoutingPlan, settings: Settings) -> Data
         )
         return routed.selectExpr(topic, "key", "value", headers)
     # A row for several graphs is written once per graph.
-    each = ", ".join(f"CASE WHEN {_holds(d)} THEN {sql_str(d.topic)} END" for d in receivers)
+    each = ", ".join(f"CASE WHEN {_holds(i)} THEN {sql_str(d.topic)} END" for i, d in enumerate(receivers))
     topics = (
         f"CASE route WHEN 'dead_letter' THEN array({sql_str(names.dead_letter_topic)}) "
         f"WHEN 'late' THEN array({sql_str(names.late_topic)}) "
@@ -166,9 +191,7 @@ def _statistics(receivers: tuple[Destination, ...], partitions: int) -> list[Any
     exprs += [
         f"sum(CASE WHEN reason_code = {sql_str(code)} THEN 1 ELSE 0 END) AS `dead:{code}`" for code in DeadLetterReason
     ]
-    exprs += [
-        f"sum(CASE WHEN {data} AND {_holds(d)} THEN 1 ELSE 0 END) AS `routed:{i}`" for i, d in enumerate(receivers)
-    ]
+    exprs += [f"sum(CASE WHEN {data} AND {_holds(i)} THEN 1 ELSE 0 END) AS `routed:{i}`" for i in range(len(receivers))]
     return [F.expr(e) for e in exprs]
 
 

@@ -3,6 +3,8 @@ producer of watermark markers."""
 
 from __future__ import annotations
 
+import threading
+
 import structlog
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
@@ -50,38 +52,64 @@ class SourceOffsets:
 
 
 class MarkerWriter:
-    """Writes watermark markers into execution graphs' topics, each at most once per watermark."""
+    """Writes watermark markers into execution graphs' topics, each at most once per watermark.
+
+    A marker is sent without waiting for Kafka's answer (docs/architecture.md, "Markers"): the rows it
+    follows were written by Spark before it is sent, and one producer keeps the markers of a topic in
+    order, so nothing waits on the round trip. A marker that never arrives (its send failed, or the
+    process died first) is sent again with the next batch or tick, at the watermark of that moment:
+    markers only ever move a graph's watermark forward, so a late or repeated one is harmless.
+    """
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._producer: KafkaProducer | None = None
-        self._written: dict[str, int] = {}  # topic -> watermark of the last marker written there
+        self._written: dict[str, int] = {}  # topic -> watermark of the last marker Kafka took there
+        self._lock = threading.Lock()  # the producer's thread records what Kafka took
 
-    def write(self, markers: list[Marker]) -> None:
-        """Write the markers of one batch or tick: `markers` names every graph that still receives them."""
+    def write(self, markers: list[Marker], *, wait: bool = False) -> None:
+        """Send the markers of one batch or tick: `markers` names every graph that still receives them.
+        With `wait`, return once Kafka has taken them (used for the end-of-window marker of a drain)."""
         self._forget_retired({m.topic for m in markers})
-        markers = [m for m in markers if self._written.get(m.topic) != m.watermark]
+        with self._lock:
+            markers = [m for m in markers if self._written.get(m.topic) != m.watermark]
         if not markers:
             return
         if self._producer is None:
-            self._producer = KafkaProducer(**self._settings.kafka_python_config(), acks="all")
+            self._producer = KafkaProducer(**self._settings.kafka_python_config(), acks="all", linger_ms=0)
         for marker in markers:
             headers = [(ROUTE_HEADER, marker_route(marker_event_time(marker.watermark)))]
             # Every partition gets the marker: each must see the watermark move.
-            for partition in sorted(self._producer.partitions_for(marker.topic) or {0}):
-                self._producer.send(marker.topic, key=MARKER_KEY, value=b"", headers=headers, partition=partition)
-        self._producer.flush(timeout=30)
-        for marker in markers:
-            self._written[marker.topic] = marker.watermark
-        log.debug("watermark markers written", markers=[(m.query_id, m.watermark) for m in markers])
+            partitions = sorted(self._producer.partitions_for(marker.topic) or {0})
+            for partition in partitions:
+                sent = self._producer.send(
+                    marker.topic, key=MARKER_KEY, value=b"", headers=headers, partition=partition
+                )
+            if partitions:
+                sent.add_callback(self._taken, marker.topic, marker.watermark)
+                sent.add_errback(self._refused, marker)
+        if wait:
+            self._producer.flush(timeout=30)
+        log.debug("watermark markers sent", markers=[(m.query_id, m.watermark) for m in markers])
+
+    def _taken(self, topic: str, watermark: int, _metadata: object) -> None:
+        # Called on the producer's own thread; the last partition's answer stands for the marker.
+        with self._lock:
+            if self._written.get(topic, -1) < watermark:
+                self._written[topic] = watermark
+
+    def _refused(self, marker: Marker, error: BaseException) -> None:
+        # Not recorded as written: the next batch or tick sends it again.
+        log.warning("watermark marker not written; it is sent again", query_id=marker.query_id, error=str(error))
 
     def _forget_retired(self, topics: set[str]) -> None:
         """A graph that no longer receives markers is retired and its topic deleted: a producer that
         wrote there would log an error on every metadata refresh, so a fresh one takes its place."""
-        retired = set(self._written) - topics
-        if retired:
+        with self._lock:
+            retired = set(self._written) - topics
             for topic in retired:
                 del self._written[topic]
+        if retired:
             self.close()
 
     def close(self) -> None:

@@ -355,10 +355,12 @@ class ServiceGraph:
         draining = plan.cut is not None and reached_cut(state.watermark, plan.cut.boundary)
         swap = self._record_draining(plan) if draining else None
         markers = graph_markers(plan, state.watermark)
-        self._markers.write(markers)
         # A swap that failed after its cut still gets its markers: the old graph must finish.
         needs_note = swap is not None and (swap.state is SwapPhase.DRAINING or swap.failed_after_cut)
-        if swap is not None and needs_note and not swap.markers_written:
+        first_end_of_window = swap is not None and needs_note and not swap.markers_written
+        # The end-of-window marker is waited for once, so the journal's note is true; others are not.
+        self._markers.write(markers, wait=first_end_of_window)
+        if swap is not None and first_end_of_window:
             self._journal.update(swap.id, markers_written=True)
             log.info("end-of-window marker written", swap_id=swap.id, query_id=swap.from_query)
 
