@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from enum import StrEnum
+from typing import Any
 
 from pydantic import Field
 
@@ -193,3 +194,39 @@ class GraphProgress(Record):
     committed_batch: int = -1
     committed_watermark: int | None = None
     updated_at: int = Field(default_factory=now_ms)
+
+
+class DiffExample(Record):
+    """One value that differs between the current version and a shadow."""
+
+    window_start: int
+    window_end: int
+    group: dict[str, Any]
+    column: str
+    current: Any
+    shadow: Any
+
+
+class ShadowDiff(Record):
+    """How a shadow's output compares with the current version's, for the windows both closed since
+    the shadow's start S (service_sink/diff.py)."""
+
+    shadow_id: str
+    since: int  # S
+    closed_through: int  # windows ending at or before this were closed by both
+    windows_compared: int = 0
+    groups_compared: int = 0  # (window, group) results both versions have
+    only_current: int = 0  # (window, group) results only the current version has
+    only_shadow: int = 0  # ... only the shadow has
+    ambiguous_groups: int = 0  # groups matched by the shared group columns to several rows on a side
+    values_differ: int = 0  # value cells (shared columns) that differ beyond the tolerance
+    columns_compared: tuple[str, ...] = ()
+    group_columns: tuple[str, ...] = ()  # the group columns both versions have, matched by name
+    group_columns_differ: bool = False
+    tolerance: float = 1e-9
+    examples: tuple[DiffExample, ...] = ()
+    computed_at: int = Field(default_factory=now_ms)
+
+    @property
+    def identical(self) -> bool:
+        return self.values_differ == 0 and self.only_current == 0 and self.only_shadow == 0
