@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 from redis.client import Pipeline
 
+from hotswap.contract import stages
 from hotswap.contract.faults import crash_point
 from hotswap.contract.fence import Fence, fenced_write
 from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
@@ -127,30 +128,37 @@ class ServiceGraph:
 
     # -- one micro-batch -------------------------------------------------------------------
     def route_batch(self, batch: DataFrame, batch_id: int) -> None:
-        with self._lock:
+        name = self._settings.names.service_query  # stage timings per query (contract.stages, `make bench`)
+        with self._lock, stages.timed(name, "batch"):
             if self._fence is not None:
                 # A stalled executor that lost its lease, or a flushed Redis, must not route a row.
                 self._fence.verify(self._redis)
-            state = self._load_state()
+            with stages.timed(name, "state_read"):
+                state = self._load_state()
             parsed = parse(batch).persist()
             try:
-                plan = self._plan(batch_id, state, parsed)
+                with stages.timed(name, "plan"):
+                    plan = self._plan(batch_id, state, parsed)
                 routed = route(parsed, plan, self._settings)
-                stats = collect_stats(routed)
-                (
-                    routed.select("topic", "key", "value", "headers")
-                    .write.format("kafka")
-                    .options(**self._settings.spark_kafka_options())
-                    .save()
-                )
+                with stages.timed(name, "stats_collect"):
+                    stats = collect_stats(routed)
+                with stages.timed(name, "kafka_write"):
+                    (
+                        routed.select("topic", "key", "value", "headers")
+                        .write.format("kafka")
+                        .options(**self._settings.spark_kafka_options())
+                        .save()
+                    )
             finally:
                 parsed.unpersist()
             crash_point("service:after-write")  # rows are out, state not yet recorded: a replay follows
             now = time.monotonic()
             self._idle.rows_seen((str(s.partition) for s in stats if s.max_event_time is not None), now)
             new_state = self._advance(state, batch_id, stats, now)
-            self._record(state, new_state, stats)
-            self._after_routing(plan, new_state)
+            with stages.timed(name, "state_write"):
+                self._record(state, new_state, stats)
+            with stages.timed(name, "markers"):
+                self._after_routing(plan, new_state)
 
     def _plan(self, batch_id: int, state: ServiceState, parsed: DataFrame) -> RoutingPlan:
         raw = self._redis.get(self._keys.routing_plan(batch_id))
