@@ -19,6 +19,7 @@ could first close (window end + lateness).
 from __future__ import annotations
 
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -42,7 +43,7 @@ from benchmarks.common import (
     wait_for,
     window_gaps,
 )
-from benchmarks.measures import per_thousand, swap_phases
+from benchmarks.measures import batch_points, change_between, per_thousand, swap_phases
 from benchmarks.pipelines import HotswapPipeline, Pipeline, PlainPipeline
 from benchmarks.probe import LoadProcess, ResultWatcher
 from benchmarks.profile import (
@@ -84,22 +85,26 @@ class Interval:
     from_ms: int
     to_ms: int
     sent: int
-    processed: dict[str, int] = field(default_factory=dict)  # query role -> input rows of batches started within
+    # Query role -> rows it processed within the interval, interpolated over its batches' ends; None
+    # until a batch of every query has ended after the interval (see Segment.fill_processed).
+    processed: dict[str, int] | None = None
 
     def cost(self, bench: Bench, last_stage: str) -> dict[str, Any]:
         cpu = {name: bench.resources.cpu_s(name, self.from_ms, self.to_ms) for name in bench.resources.pids}
         work = [cpu.get("spark_jvm"), cpu.get("bench_python")]
         work_cpu = None if any(c is None for c in work) else sum(c for c in work if c is not None)
-        processed = sum(rows for role, rows in self.processed.items() if role.startswith(last_stage))
-        # Kept up: the last stage read (nearly) what was sent. If not, the cost is per event processed.
-        kept_up = processed >= 0.9 * self.sent
-        events = self.sent if kept_up else processed
+        by_query = self.processed or {}
+        last = [rows for role, rows in by_query.items() if role.startswith(last_stage)]
+        processed = sum(last) if last else None
+        # Kept up: the last stage processed (nearly) what was sent. If not, the cost is per event processed.
+        kept_up = None if processed is None else processed >= 0.9 * self.sent
+        events = self.sent if kept_up or processed is None else processed
         seconds = (self.to_ms - self.from_ms) / 1000
         return {
             "target_rate": self.rate,
             "seconds": round(seconds, 1),
             "sent_rate": round(self.sent / seconds) if seconds else None,
-            "processed_rate": round(processed / seconds) if seconds else None,
+            "processed_rate": round(processed / seconds) if seconds and processed is not None else None,
             "kept_up": kept_up,
             "cpu_s": cpu,
             "work_cpu_s": None if work_cpu is None else round(work_cpu, 3),
@@ -107,6 +112,7 @@ class Interval:
             "kafka_cpu_s_per_1000_events": per_thousand(cpu.get("kafka_broker"), events),
             "redis_cpu_s_per_1000_events": per_thousand(cpu.get("redis"), events),
             "cores_busy": None if work_cpu is None or not seconds else round(work_cpu / seconds, 2),
+            "processed_by_query": by_query,
         }
 
 
@@ -181,14 +187,33 @@ class Segment:
         time.sleep(1.0)  # the last window's results leave in one batch; let the rest of it land
         sent_b, at_b = self.sent()
         self.steady_windows = sorted(w[0] for w in self.windows() if w[0] >= first_end)[: shape.steady_windows]
-        self.intervals.append(Interval(shape.rate, at_a, at_b, sent_b - sent_a, self._processed(at_a, at_b)))
+        self.intervals.append(Interval(shape.rate, at_a, at_b, sent_b - sent_a))
         self.profile = self._profile(at_a, at_b, before)
+        self.fill_processed(timeout_s=30)
 
-    def _processed(self, start_ms: int, end_ms: int) -> dict[str, int]:
-        return {
-            name: sum(b["rows"] for b in progress_between(query, start_ms, end_ms))
-            for name, query in self.pipeline.queries().items()
-        }
+    def fill_processed(self, timeout_s: float) -> None:
+        """Rows each query processed within each measured interval, once a batch of every query has
+        ended after it: the cumulative rows at each batch's end, interpolated at both ends (so a batch
+        that straddles an end counts for its share). Waits up to `timeout_s` for those batches."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            pending = [i for i in self.intervals if i.processed is None]
+            if not pending:
+                return
+            points = {
+                name: batch_points(
+                    (b["start_ms"], int(b["durations_ms"].get("triggerExecution", 0)), b["rows"])
+                    for b in progress_between(query, 0, 2**62)
+                )
+                for name, query in self.pipeline.queries().items()
+            }
+            for interval in pending:
+                rows = {name: change_between(got, interval.from_ms, interval.to_ms) for name, got in points.items()}
+                if rows and all(r is not None for r in rows.values()):
+                    interval.processed = {name: round(r or 0) for name, r in rows.items()}
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.5)
 
     def _profile(self, start_ms: int, end_ms: int, before: Codegen | None) -> dict[str, Any]:
         after = codegen(self.bench.spark)
@@ -207,13 +232,15 @@ class Segment:
         bench, shape = self.bench, self.shape
         for rate in shape.cost_rates:
             self.load.set_rate(rate)
+            settled = time.monotonic() + shape.settle_s
             bench.resources.phase(f"cost_{self.side}_{rate:.0f}")
             bench.clock.step(f"live: {self.side} at {rate:,.0f} ev/s")
-            time.sleep(shape.settle_s)
+            self.fill_processed(timeout_s=shape.settle_s)  # the previous step's, while this one settles
+            time.sleep(max(0.0, settled - time.monotonic()))
             sent_a, at_a = self.sent()
             time.sleep(shape.measure_s)
             sent_b, at_b = self.sent()
-            self.intervals.append(Interval(rate, at_a, at_b, sent_b - sent_a, self._processed(at_a, at_b)))
+            self.intervals.append(Interval(rate, at_a, at_b, sent_b - sent_a))
         # The last step's whole windows close lateness + a few batches later: wait for them.
         last = self.intervals[-1]
         closing = last.to_ms - last.to_ms % WINDOW_MS
@@ -221,6 +248,7 @@ class Segment:
             wait_for(lambda: any(w[1] >= closing for w in self.windows()), 60, "the last cost step's windows")
         except TimeoutError:
             bench.clock.step(f"live: {self.side} did not close the last cost step's windows within 60s")
+        self.fill_processed(timeout_s=30)
 
     def steady_latency(self) -> dict[str, Any]:
         return stats([latency_ms(e) for e in self.results if e.window_start in self.steady_windows])
@@ -237,7 +265,6 @@ class Segment:
                 if e.window_start >= interval.from_ms and e.window_end <= interval.to_ms
             ]
             cost["latency"] = stats(inside)
-            cost["processed_by_query"] = interval.processed
             out.append(cost)
         return out
 
@@ -411,8 +438,6 @@ def run_rounds(bench: Bench, shape: LiveShape, save: Callable[[LiveReport], None
             try:
                 entry[side] = _run_one(bench, shape, side, round_no, cost_round, report)
             except Exception as exc:  # noqa: BLE001 - one failed segment is recorded; the rounds go on
-                import traceback
-
                 traceback.print_exc()
                 entry[side] = {"error": f"{type(exc).__name__}: {exc}"}
                 report.errors.append(f"round {round_no} {side}: {type(exc).__name__}: {exc}")

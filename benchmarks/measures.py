@@ -7,8 +7,8 @@ so tests/unit/test_bench_numbers.py checks the arithmetic on its own.
   start-up before the first batch and the tail after the last one do not count.
 - `emission_points`: rows accounted for over time, read from the results (each result's Kafka
   timestamp and the events it counts), one point per burst of results.
-- `cpu_between` and `per_thousand`: CPU seconds spent in an interval, from cumulative samples, and
-  the cost per 1,000 events.
+- `change_between` and `per_thousand`: CPU seconds spent (or rows processed) in an interval, from
+  cumulative samples, and the cost per 1,000 events.
 - `swap_phases`: each recorded journal phase's duration and its time against the swap's floor.
 """
 
@@ -103,18 +103,20 @@ def batch_points(batches: Iterable[tuple[int, int, int]]) -> list[tuple[int, int
     return points
 
 
-def cpu_between(samples: Sequence[tuple[int, float]], start_ms: int, end_ms: int) -> float | None:
-    """CPU seconds spent between two moments, from (epoch ms, cumulative CPU s) samples, linearly
-    interpolated; None when the samples do not cover the interval."""
-    ordered = sorted(samples)
+def value_at(points: Sequence[tuple[int, float]], t: int) -> float | None:
+    """A cumulative measure at moment `t`, linearly interpolated between the (epoch ms, value) points
+    around it; None when `t` is outside them."""
+    ordered = sorted(points)
+    for (t0, v0), (t1, v1) in itertools.pairwise(ordered):
+        if t0 <= t <= t1:
+            return v0 if t1 == t0 else v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+    return None
 
-    def at(t: int) -> float | None:
-        for (t0, c0), (t1, c1) in itertools.pairwise(ordered):
-            if t0 <= t <= t1:
-                return c0 if t1 == t0 else c0 + (c1 - c0) * (t - t0) / (t1 - t0)
-        return None
 
-    a, b = at(start_ms), at(end_ms)
+def change_between(points: Sequence[tuple[int, float]], start_ms: int, end_ms: int) -> float | None:
+    """How much a cumulative measure grew between two moments: CPU seconds from cumulative samples,
+    rows from the cumulative rows at each batch's end; None when the points do not cover both."""
+    a, b = value_at(points, start_ms), value_at(points, end_ms)
     return None if a is None or b is None else max(0.0, b - a)
 
 

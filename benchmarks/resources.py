@@ -15,7 +15,7 @@ from typing import Any
 
 import psutil
 
-from benchmarks.measures import cpu_between
+from benchmarks.measures import change_between
 from benchmarks.probe import ResourceSampler
 from hotswap.contract.models import now_ms
 
@@ -56,7 +56,7 @@ class Resources:
 
     def cpu_s(self, process: str, start_ms: int, end_ms: int) -> float | None:
         series = [(t, cpu) for t, name, _, cpu in self._samples if name == process]
-        spent = cpu_between(series, start_ms, end_ms)
+        spent = change_between(series, start_ms, end_ms)
         return None if spent is None else round(spent, 3)
 
     def _phase_at(self, t: int) -> str:

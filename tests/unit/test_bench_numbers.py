@@ -9,7 +9,7 @@ import pytest
 from benchmarks.common import Emitted, coverage, percentile, window_gaps
 from benchmarks.measures import (
     batch_points,
-    cpu_between,
+    change_between,
     emission_points,
     fit_slope,
     per_thousand,
@@ -105,12 +105,12 @@ def test_batch_points_end_at_each_batch_end() -> None:
 # -- CPU per 1,000 events -------------------------------------------------------------------------
 
 
-def test_cpu_between_interpolates_cumulative_samples() -> None:
+def test_change_between_interpolates_cumulative_samples() -> None:
     samples = [(0, 10.0), (1_000, 11.0), (2_000, 13.0), (3_000, 13.5)]
-    assert cpu_between(samples, 500, 2_500) == pytest.approx(13.25 - 10.5)
-    assert cpu_between(samples, 0, 3_000) == pytest.approx(3.5)
-    assert cpu_between(samples, -1, 1_000) is None  # before the first sample
-    assert cpu_between(samples, 0, 4_000) is None  # after the last
+    assert change_between(samples, 500, 2_500) == pytest.approx(13.25 - 10.5)
+    assert change_between(samples, 0, 3_000) == pytest.approx(3.5)
+    assert change_between(samples, -1, 1_000) is None  # before the first sample
+    assert change_between(samples, 0, 4_000) is None  # after the last
 
 
 def test_cpu_per_thousand_events() -> None:
