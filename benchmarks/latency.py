@@ -88,6 +88,7 @@ class Interval:
     # Query role -> rows it processed within the interval, interpolated over its batches' ends; None
     # until a batch of every query has ended after the interval (see Segment.fill_processed).
     processed: dict[str, int] | None = None
+    batches: dict[str, int] = field(default_factory=dict)  # query role -> batches that ended within
 
     def cost(self, bench: Bench, last_stage: str) -> dict[str, Any]:
         cpu = {name: bench.resources.cpu_s(name, self.from_ms, self.to_ms) for name in bench.resources.pids}
@@ -113,6 +114,12 @@ class Interval:
             "redis_cpu_s_per_1000_events": per_thousand(cpu.get("redis"), events),
             "cores_busy": None if work_cpu is None or not seconds else round(work_cpu / seconds, 2),
             "processed_by_query": by_query,
+            "batches_by_query": self.batches,
+            # Per batch of every query: the fixed cost a batch carries, whatever it holds.
+            "cpu_s_per_batch": None
+            if work_cpu is None or not sum(self.batches.values())
+            else round(work_cpu / sum(self.batches.values()), 3),
+            **bench.resources.elsewhere(self.from_ms, self.to_ms),
         }
 
 
@@ -211,6 +218,10 @@ class Segment:
                 rows = {name: change_between(got, interval.from_ms, interval.to_ms) for name, got in points.items()}
                 if rows and all(r is not None for r in rows.values()):
                     interval.processed = {name: round(r or 0) for name, r in rows.items()}
+                    interval.batches = {
+                        name: sum(1 for end, _ in got if interval.from_ms <= end <= interval.to_ms)
+                        for name, got in points.items()
+                    }
             if time.monotonic() >= deadline:
                 return
             time.sleep(0.5)
@@ -276,6 +287,10 @@ class Segment:
             "warm_after_load_s": None if self.warm_ms is None else round((self.warm_ms - self.load_start_ms) / 1000, 1),
             "steady_windows": self.steady_windows,
             "steady": self.steady_latency(),
+            # The first interval is the steady one: how busy other work kept the machine meanwhile.
+            "elsewhere": self.bench.resources.elsewhere(self.intervals[0].from_ms, self.intervals[0].to_ms)
+            if self.intervals
+            else None,
             "profile": self.profile,
         }
 

@@ -10,7 +10,10 @@ hotswap: a child starts in well under a second and stays small.
   at a rate the parent can change (`rate R`); `count` says how many were sent so far.
 - `watch`: tails a results topic from its start; `windows` summarises each window seen (first and
   last Kafka timestamp, results, events counted), `stop` reads to the end and returns every result.
-- `sample`: every `every_s`, resident memory and cumulative CPU seconds of named processes.
+- `sample`: every `every_s`, resident memory and cumulative CPU seconds of named processes; also the
+  whole machine's busy CPU seconds (`machine`) and the benchmark's own (`bench_tree`: its process,
+  every descendant, the ones that exited, and the stack's services), so the report can say how much
+  of the machine other work took during the run.
 
 The parent side (`Probe` and its typed wrappers) runs in the benchmark's own process.
 """
@@ -161,8 +164,9 @@ class ResultWatcher:
 class ResourceSampler:
     """Memory and CPU of the processes that do the work, sampled from outside them."""
 
-    def __init__(self, pids: dict[str, int], every_s: float = 0.5) -> None:
-        self._probe = Probe("sample", {"pids": pids, "every_s": every_s})
+    def __init__(self, pids: dict[str, int], tree_root: int, detached: list[int], every_s: float = 0.5) -> None:
+        config = {"pids": pids, "every_s": every_s, "tree_root": tree_root, "detached": detached}
+        self._probe = Probe("sample", config)
 
     def samples(self) -> list[tuple[int, str, float, float]]:
         """Every sample so far: (epoch ms, process, resident MB, cumulative CPU seconds)."""
@@ -330,6 +334,8 @@ class _Sample:
         self._psutil = psutil
         self._pids = {str(name): int(pid) for name, pid in config["pids"].items()}
         self._every = float(config["every_s"])
+        self._root = psutil.Process(int(config["tree_root"]))
+        self._detached = [int(pid) for pid in config["detached"]]
         self._lock = threading.Lock()
         self.samples: list[tuple[int, str, float, float]] = []
         self._stop = threading.Event()
@@ -346,11 +352,38 @@ class _Sample:
                     total += float(child_times.user + child_times.system)
         return total
 
+    def _tree_cpu(self) -> float:
+        """CPU seconds of the benchmark's process tree: the root (with its reaped children's, which the
+        kernel adds to it), its live descendants, and the stack's detached services."""
+        times = self._root.cpu_times()
+        total = float(times.user + times.system + times.children_user + times.children_system)
+        others = [*self._root.children(recursive=True)]
+        for pid in self._detached:
+            with contextlib.suppress(self._psutil.Error):
+                others.append(self._psutil.Process(pid))
+        for proc in others:
+            with contextlib.suppress(self._psutil.Error):
+                child = proc.cpu_times()
+                total += float(child.user + child.system)
+        return total
+
+    def _machine_cpu(self) -> tuple[float, float]:
+        """Busy CPU seconds of the whole machine, every core (all but idle, I/O wait and steal), and
+        the seconds the hypervisor gave to other guests (steal): both are work that is not ours."""
+        times = self._psutil.cpu_times()
+        steal = float(getattr(times, "steal", 0.0))
+        return float(sum(times) - times.idle - getattr(times, "iowait", 0.0)) - steal, steal
+
     def _run(self) -> None:
         procs: dict[str, Any] = {}
         while True:
             now = _now_ms()
             taken: list[tuple[int, str, float, float]] = []
+            with contextlib.suppress(self._psutil.Error):
+                busy, steal = self._machine_cpu()
+                taken.append((now, "machine", 0.0, round(busy, 3)))
+                taken.append((now, "steal", 0.0, round(steal, 3)))
+                taken.append((now, "bench_tree", 0.0, round(self._tree_cpu(), 3)))
             for name, pid in self._pids.items():
                 try:
                     proc = procs.get(name) or procs.setdefault(name, self._psutil.Process(pid))

@@ -165,36 +165,42 @@ def table(results: dict[str, Any]) -> str:
         ),
         ("missing / duplicate or incomplete / events lost", _restart_losses(restart), _losses(results.get("live"))),
         ("memory: peak under load / warmed-up peak", "", str(_get(results, "memory", "peak_over_baseline") or "n/a")),
+        (
+            "other work on the machine in steady periods (cores)",
+            _elsewhere(lat, "plain_spark"),
+            _elsewhere(lat, "hotswap"),
+        ),
+        ("other work on the machine over the run (cores) / steal", "", _run_elsewhere(results)),
     ]
     lines = ["| measure | plain Spark | hotswap |", "|---|---|---|"]
     lines += [f"| {name} | {plain or ''} | {hot or ''} |" for name, plain, hot in rows]
     return "\n".join(lines)
 
 
+SPARK_PARTS = ("addBatch", "queryPlanning", "latestOffset", "walCommit", "commitOffsets")  # triggerExecution's parts
+
+
 def largest_stages(results: dict[str, Any], limit: int = 10) -> str:
-    """The largest stage medians (the product's stage timings and Spark's batch durations), in ms."""
-    found: list[tuple[float, str]] = []
+    """Per period (steady at 500 ev/s, drain of the backlog), the largest medians in ms: the product's
+    stage timings, the parts of Spark's batch time per query, and code generation per batch."""
+    lines: list[str] = []
     for period in ("steady", "drain"):
+        found: list[tuple[float, str]] = []
         for query, by_stage in (_get(results, "profile", "stages", period) or {}).items():
             for stage, value in by_stage.items():
-                found.append((value["median_ms"], f"{period}: {query} {stage}"))
+                found.append((value["median_ms"], f"hotswap {query}: {stage} (stages.timed)"))
         for side, by_query in (_get(results, "profile", "spark_durations_ms", period) or {}).items():
             for query, durations in by_query.items():
-                for key in (
-                    "addBatch",
-                    "triggerExecution",
-                    "queryPlanning",
-                    "latestOffset",
-                    "walCommit",
-                    "commitOffsets",
-                ):
+                for key in SPARK_PARTS:
                     if key in durations:
-                        found.append((durations[key], f"{period}: {side} {query} Spark {key}"))
-        compile_ms = _get(results, "profile", "codegen", period, "hotswap", "compile_ms_per_batch")
-        if compile_ms is not None:
-            found.append((compile_ms, f"{period}: hotswap Spark codegen compile per batch"))
-    found.sort(reverse=True)
-    return "\n".join(f"  {ms:9.1f} ms  {what}" for ms, what in found[:limit]) or "  (none recorded)"
+                        found.append((durations[key], f"{side} {query}: Spark {key}"))
+        for side, got in (_get(results, "profile", "codegen", period) or {}).items():
+            if got.get("compile_ms_per_batch") is not None:
+                found.append((got["compile_ms_per_batch"], f"{side}: Spark codegen compile per batch (all queries)"))
+        found.sort(reverse=True)
+        lines.append(f"  {period}:")
+        lines += [f"    {ms:9.1f} ms  {what}" for ms, what in found[:limit]] or ["    (none recorded)"]
+    return "\n".join(lines)
 
 
 def _pair(stats: Any) -> str:
@@ -233,3 +239,17 @@ def _losses(section: Any) -> str:
 def _restart_losses(restart: Any) -> str:
     cov = _get(restart, "coverage")
     return f"{cov['missing_windows']} / {cov['incomplete_windows']} / {cov['events_lost']}" if cov else "n/a"
+
+
+def _elsewhere(latency: dict[str, Any], side: str) -> str:
+    """Cores busy with work that is not the benchmark's, in each round's steady period."""
+    values = [
+        ((entry.get(side) or {}).get("elsewhere") or {}).get("others_cores") for entry in latency.get("rounds") or []
+    ]
+    shown = [f"{v:.2f}" for v in values if v is not None]
+    return " / ".join(shown) if shown else "n/a"
+
+
+def _run_elsewhere(results: dict[str, Any]) -> str:
+    got = _get(results, "machine", "elsewhere_during_run") or {}
+    return f"{got.get('others_cores')} / {got.get('steal_cores')}" if got else "n/a"

@@ -34,10 +34,13 @@ def spark_jvm_pid(kafka_pid: int | None, redis_pid: int | None) -> int | None:
     return None
 
 
+PSEUDO = ("machine", "steal", "bench_tree")  # sampled CPU totals that are not one process
+
+
 class Resources:
-    def __init__(self, pids: dict[str, int]) -> None:
+    def __init__(self, pids: dict[str, int], detached: list[int]) -> None:
         self.pids = pids
-        self._sampler = ResourceSampler(pids)
+        self._sampler = ResourceSampler(pids, os.getpid(), detached)
         self._phases: list[tuple[int, str]] = []  # (from epoch ms, phase)
         self._samples: list[tuple[int, str, float, float]] = []
         self.phase("start")
@@ -59,6 +62,20 @@ class Resources:
         spent = change_between(series, start_ms, end_ms)
         return None if spent is None else round(spent, 3)
 
+    def elsewhere(self, start_ms: int, end_ms: int) -> dict[str, float | None]:
+        """How busy the machine was with work that is not the benchmark's, in cores, on average:
+        other processes (`others_cores`) and other guests of the hypervisor (`steal_cores`). A run
+        whose numbers moved while these were high measured the neighbours too."""
+        seconds = (end_ms - start_ms) / 1000
+        machine, tree = self.cpu_s("machine", start_ms, end_ms), self.cpu_s("bench_tree", start_ms, end_ms)
+        steal = self.cpu_s("steal", start_ms, end_ms)
+        if seconds <= 0:
+            return {"others_cores": None, "steal_cores": None}
+        return {
+            "others_cores": None if machine is None or tree is None else round(max(0.0, machine - tree) / seconds, 2),
+            "steal_cores": None if steal is None else round(steal / seconds, 2),
+        }
+
     def _phase_at(self, t: int) -> str:
         starts = [at for at, _ in self._phases]
         i = bisect.bisect_right(starts, t) - 1
@@ -67,6 +84,8 @@ class Resources:
     def peaks(self) -> dict[str, dict[str, float]]:
         peaks: dict[str, dict[str, float]] = {}
         for t, name, mb, _ in self._samples:
+            if name in PSEUDO:
+                continue
             phase = peaks.setdefault(self._phase_at(t), {})
             phase[name] = max(phase.get(name, 0.0), mb)
         return peaks

@@ -37,6 +37,7 @@ from benchmarks.profile import medians_ms
 from benchmarks.report import largest_stages, table, targets
 from benchmarks.resources import Resources, spark_jvm_pid
 from benchmarks.throughput import run_throughput
+from hotswap.contract.models import now_ms
 from hotswap.executor.control.spark_session import build_spark_session
 from hotswap.executor.logs import configure_logging
 from hotswap.executor.stack import EmbeddedStack
@@ -117,7 +118,9 @@ def run_bench(quick: bool, shape: LiveShape, backlog: int, throughput_rounds: in
     spark = build_spark_session(base)
     watched = {"bench_python": os.getpid(), "kafka_broker": pids.get("kafka"), "redis": pids.get("redis")}
     watched["spark_jvm"] = spark_jvm_pid(pids.get("kafka"), pids.get("redis"))
-    resources = Resources({name: pid for name, pid in watched.items() if pid is not None})
+    detached = [pid for pid in (pids.get("kafka"), pids.get("redis")) if pid is not None]
+    resources = Resources({name: pid for name, pid in watched.items() if pid is not None}, detached)
+    run_began = now_ms()
     bench = Bench(spark, clock, resources, quick)
 
     def section(name: str, run: Callable[[], None]) -> None:
@@ -153,6 +156,7 @@ def run_bench(quick: bool, shape: LiveShape, backlog: int, throughput_rounds: in
         spark.stop()
         stack.down()
     results["memory"] = resources.summary()
+    results["machine"]["elsewhere_during_run"] = resources.elsewhere(run_began, now_ms())
     if quick:
         results["memory"]["backlog_1m_catch_up"] = "skipped in QUICK mode"
     results["throughput_ratio"] = _median((results.get("throughput") or {}).get("throughput_ratio"))

@@ -116,9 +116,11 @@ def drain(bench: Bench, side: str, source_topic: str, events: int, target_end: i
     last_result = max((e.emit_ms for e in counted), default=ended)
     rows = sum(e.n for e in counted)
     cpu: dict[str, float | None] = {}
+    elsewhere: dict[str, float | None] = {}
     steady_rows = 0
     if slope["from_ms"] is not None and slope["to_ms"] is not None:
         cpu = {n: bench.resources.cpu_s(n, slope["from_ms"], slope["to_ms"]) for n in bench.resources.pids}
+        elsewhere = bench.resources.elsewhere(slope["from_ms"], slope["to_ms"])
         at = dict(points)
         steady_rows = at[slope["to_ms"]] - at[slope["from_ms"]]
     work = [cpu.get("spark_jvm"), cpu.get("bench_python")]
@@ -136,6 +138,7 @@ def drain(bench: Bench, side: str, source_topic: str, events: int, target_end: i
         "start_to_first_batch_s": round((first_batch - began) / 1000, 2),
         "cpu_s_per_1000_events": per_thousand(work_cpu, steady_rows),
         "cpu_s": cpu,
+        "elsewhere": elsewhere,
         "queries": _stage_slopes(progress),
         "codegen": codegen_per_batch(before, after, sum(len(b) for b in progress.values())),
         "stage_samples": samples,
