@@ -2,7 +2,8 @@
 beside plain Spark and stop-and-restart. Run it under the machine-wide lock on a shared machine
 (`/work/itest .venv/bin/python -m benchmarks.run --quick`).
 
-Runs its own embedded stack (ports 29092/29093/26379, under .hotswap/bench), then:
+Runs its own embedded stack (ports 29092/29093/26379, under .hotswap/bench), then, after a short
+unmeasured drain on each side to warm the JVM:
 1. live rounds, plain Spark and hotswap alternating, each on a fresh namespace under the same paced
    load: steady-state result latency in every round; in round 2 the cost steps (CPU per 1,000
    events as the rate rises); in the last round the change itself (two live swaps, and the same
@@ -36,7 +37,7 @@ from benchmarks.plot import draw
 from benchmarks.profile import medians_ms
 from benchmarks.report import largest_stages, table, targets
 from benchmarks.resources import Resources, spark_jvm_pid
-from benchmarks.throughput import run_throughput
+from benchmarks.throughput import run_throughput, warm_up
 from hotswap.contract.models import now_ms
 from hotswap.executor.control.spark_session import build_spark_session
 from hotswap.executor.logs import configure_logging
@@ -148,15 +149,20 @@ def run_bench(quick: bool, shape: LiveShape, backlog: int, throughput_rounds: in
         profile.setdefault("codegen", {})["drain"] = _drain_codegen(tp["runs"])
         results["throughput"] = tp
 
+    def warm() -> None:
+        results["warm_up"] = warm_up(bench)
+
     try:
+        section("warm-up", warm)
         section("live", live)
         section("throughput", throughput)
     finally:
+        run_ended = now_ms()
         resources.stop()
         spark.stop()
         stack.down()
     results["memory"] = resources.summary()
-    results["machine"]["elsewhere_during_run"] = resources.elsewhere(run_began, now_ms())
+    results["machine"]["elsewhere_during_run"] = resources.elsewhere(run_began, run_ended)
     if quick:
         results["memory"]["backlog_1m_catch_up"] = "skipped in QUICK mode"
     results["throughput_ratio"] = _median((results.get("throughput") or {}).get("throughput_ratio"))

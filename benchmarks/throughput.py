@@ -79,7 +79,9 @@ def _stage_slopes(progress: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     return out
 
 
-def drain(bench: Bench, side: str, source_topic: str, events: int, target_end: int, timeout_s: float) -> dict[str, Any]:
+def drain(
+    bench: Bench, side: str, source_topic: str, events: int, target_end: int, timeout_s: float, phase: str | None = None
+) -> dict[str, Any]:
     settings = settings_for(f"tp-{side}", source_topic=source_topic)
     bench.topics(settings)
     watcher = bench.watcher(settings)
@@ -89,7 +91,7 @@ def drain(bench: Bench, side: str, source_topic: str, events: int, target_end: i
         else HotswapPipeline(bench.spark, settings, QUERY)
     )
     loaded = "backlog_1m_catch_up" if events >= 1_000_000 else "throughput_hotswap"
-    bench.resources.phase("throughput_plain" if side == "plain_spark" else loaded)
+    bench.resources.phase(phase or ("throughput_plain" if side == "plain_spark" else loaded))
     stages.reset()
     before = codegen(bench.spark)
     began = now_ms()
@@ -184,3 +186,19 @@ def run_throughput(bench: Bench, events: int, rounds: int, timeout_s: float) -> 
         "runs": runs,
         "stage_samples": samples,
     }
+
+
+def warm_up(bench: Bench, events: int = 40_000) -> dict[str, Any]:
+    """A short drain on each side before anything is measured, so round 1 does not pay for a cold
+    JVM (class loading, JIT, first code generation): in runs without it, round 1 of each side had two
+    to four times the steady latency of the later rounds. Nothing of it counts."""
+    source = settings_for("warm-source")
+    target_end, _ = preload(bench, source, events)
+    began = time.monotonic()
+    out: dict[str, Any] = {"events": events}
+    for side in ("plain_spark", "hotswap"):
+        run = drain(bench, side, source.source_topic, events, target_end, 300, phase="warm_up")
+        out[side] = {"events_per_s": run["events_per_s"], "end_to_end_s": run["end_to_end_s"]}
+    out["seconds"] = round(time.monotonic() - began, 1)
+    bench.resources.phase("idle")
+    return out
