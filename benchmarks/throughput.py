@@ -58,6 +58,7 @@ def preload(bench: Bench, settings: Settings, events: int) -> tuple[int, float]:
         .write.format("kafka")
         .options(**settings.spark_kafka_options())
         .option("topic", settings.source_topic)
+        .mode("append")  # Kafka may be a DataSource V2 source here (executor/control/spark_session.py)
         .save()
     )
     last_ts = T0 + (events - 1) * 1000 // EVENT_TIME_RATE - DISORDER_MS

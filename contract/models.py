@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from enum import StrEnum
-from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from hotswap.contract.frozen import Record, now_ms
+from hotswap.contract.source import SourceSpec
 
-def now_ms() -> int:
-    """Wall-clock epoch milliseconds, for records shown to people (never for time budgets)."""
-    return time.time_ns() // 1_000_000
-
-
-class Record(BaseModel):
-    # extra="ignore": a record written by a newer hotswap still reads here.
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    def changed(self, **changes: object) -> Self:
-        """A copy with `changes`, validated as a new record. A field name the record does not have
-        is an error: `model_copy(update=...)` would drop it without a word."""
-        unknown = set(changes) - set(type(self).model_fields)
-        if unknown:
-            raise ValueError(f"{type(self).__name__} has no field {', '.join(sorted(unknown))}")
-        return type(self).model_validate({**self.model_dump(), **changes})
+__all__ = ["Record", "now_ms"]  # re-exported: every room imports them from here
 
 
 class QueryKind(StrEnum):
@@ -41,6 +26,10 @@ class QuerySource(Record):
     kind: QueryKind
     text: str
     path: str | None = None
+    # The schema this version reads, when it declares its own (`submit --source-schema DDL`, or
+    # `--avro-schema FILE` as .avsc text for an Avro source); None: the schema of the query it replaces.
+    source_schema: str | None = None
+    avro_schema: str | None = None
 
 
 class GraphState(StrEnum):
@@ -68,6 +57,9 @@ class GraphRecord(Record):
     # For a graph that took over a failed graph's topic: rows with event time before this were
     # the failed graph's, whose windows it emitted through here; they are skipped.
     start_after: int | None = None
+    # How this version reads the source topic: the namespace's format and event time, with its own
+    # schema (None: a record from before schemas were declared, which reads the default one).
+    reads: SourceSpec | None = None
 
 
 def new_spark_query_id() -> str:
@@ -96,6 +88,9 @@ class NamespaceRecord(Record):
 
     created_by: str
     at: int = Field(default_factory=now_ms)
+    # How the service graph reads the source (format, event time): fixed for the namespace's life,
+    # so a replayed batch finds the same event times (None: a namespace from before it was recorded).
+    source: SourceSpec | None = None
 
 
 class ExecutorRecord(Record):
@@ -146,6 +141,20 @@ class CutRoute(Record):
     old_topic: str
 
 
+class Destination(Record):
+    """A graph that receives the data rows whose event time lies in [`since`, `until`) (None:
+    unbounded). A row may go to two graphs: a sliding window that ends after the cut starts before
+    it, and a shadow receives rows beside the current graph (README, "Sliding windows", "Shadow runs")."""
+
+    query_id: str
+    topic: str
+    since: int | None = None
+    until: int | None = None
+
+    def holds(self, event_time: int) -> bool:
+        return (self.since is None or event_time >= self.since) and (self.until is None or event_time < self.until)
+
+
 class RoutingPlan(Record):
     """The write-ahead routing decision for one service-graph batch."""
 
@@ -156,6 +165,21 @@ class RoutingPlan(Record):
     late_before: int | None = None  # rows with event time before this are late
     ahead_after: int | None = None  # rows with event time after this are dead-lettered (max_time_jump)
     decided_at: int = Field(default_factory=now_ms)
+    # Every graph that receives data rows, and for which event times; empty in a plan written before
+    # destinations existed: then the target (and, during a cut, the old graph below W) receive them.
+    destinations: tuple[Destination, ...] = ()
+    # The schema the service graph checks each record against (the target version's; JSON only).
+    checked_schema: str | None = None
+
+    @property
+    def receivers(self) -> tuple[Destination, ...]:
+        if self.destinations:
+            return self.destinations
+        target = Destination(query_id=self.target_query, topic=self.target_topic)
+        if self.cut is None:
+            return (target,)
+        old = Destination(query_id=self.cut.old_query, topic=self.cut.old_topic, until=self.cut.boundary)
+        return (old, target.changed(since=self.cut.boundary))
 
 
 class GraphProgress(Record):

@@ -17,6 +17,14 @@ from pydantic_settings import (
 
 from hotswap.contract.errors import ConfigError
 from hotswap.contract.names import Names
+from hotswap.contract.source import (
+    DEFAULT_EVENT_TIME,
+    DEFAULT_SCHEMA,
+    AvroWire,
+    EpochUnit,
+    SourceFormat,
+    SourceSpec,
+)
 from hotswap.contract.windows import parse_duration_ms
 
 DEFAULT_CONFIG_FILE = Path("hotswap.toml")
@@ -107,6 +115,19 @@ class Settings(BaseSettings):
 
     log_format: Literal["console", "json"] = "console"
     log_level: str = "info"
+
+    # -- The source: how the user's topic is read (README, "Your own topic"; contract/source.py) --
+    source_format: SourceFormat = SourceFormat.JSON
+    # The record's schema as Spark DDL (JSON); with Avro, the .avsc in avro_schema replaces it.
+    source_schema: str = DEFAULT_SCHEMA
+    avro_schema: Path | None = None
+    avro_wire: AvroWire = AvroWire.CONFLUENT
+    # A top-level column, a dotted path into a struct (meta.ts), or "kafka" (the record's timestamp).
+    event_time: str = DEFAULT_EVENT_TIME
+    # The unit of an integer event-time column.
+    event_time_unit: EpochUnit = EpochUnit.MS
+    # A Spark datetime pattern for timestamps that are not ISO-8601 text (JSON only).
+    timestamp_format: str | None = None
 
     @field_validator(
         "window",
@@ -238,6 +259,29 @@ class Settings(BaseSettings):
     def names(self) -> Names:
         """Topics, checkpoints and Spark query names of this namespace (contract/names.py)."""
         return Names(self.namespace, self.home)
+
+    def source_spec(self) -> SourceSpec:
+        """The declared source, with the Avro schema file read (its Spark schema is derived when the
+        executor starts: execution_graph.schemas)."""
+        avro_text = None
+        if self.avro_schema is not None:
+            try:
+                avro_text = self.avro_schema.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise ConfigError(f"cannot read the Avro schema {self.avro_schema}: {exc.strerror}") from exc
+        try:
+            return SourceSpec(
+                format=self.source_format,
+                schema_ddl="" if self.source_format is SourceFormat.AVRO else self.source_schema,
+                avro_schema=avro_text,
+                avro_wire=self.avro_wire,
+                event_time=self.event_time,
+                event_time_unit=self.event_time_unit,
+                timestamp_format=self.timestamp_format,
+            )
+        except ValidationError as exc:
+            reasons = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+            raise ConfigError(f"invalid source: {reasons}") from exc
 
     def kafka_python_config(self) -> dict[str, Any]:
         """Client settings for kafka-python (producers, consumers, admin)."""

@@ -134,6 +134,11 @@ class GraphStatus(StatusPart):
     started_at: int | None
     retired_at: int | None
     progress: ProgressStatus | None = Field(description="Null until the graph has reported a batch.")
+    source_schema: str | None = Field(
+        default=None,
+        description="The schema this version reads, as Spark DDL (null for a graph recorded before schemas).",
+    )
+    routed_records: int = Field(default=0, ge=0, description="Source rows the service graph routed to it.")
 
 
 class Status(StatusPart):
@@ -150,6 +155,14 @@ class Status(StatusPart):
     dead_letter_records: int = Field(ge=0, description="Malformed or far-future rows, sent to the dead-letter topic.")
     expired_records: int = Field(
         ge=0, description="Source rows Kafka's retention deleted before the service graph read them."
+    )
+    dead_letters: dict[str, int] = Field(
+        default_factory=dict,
+        description="Dead-lettered rows by reason code (not_json, not_avro, bad_magic_byte, type_mismatch, "
+        "missing_field, missing_event_time, bad_event_time, event_time_out_of_range, too_far_ahead, empty_record).",
+    )
+    source: str | None = Field(
+        default=None, description="How the service graph reads the source topic: format, schema and event time."
     )
 
 

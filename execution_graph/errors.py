@@ -13,3 +13,7 @@ class QueryRejected(ExecutionGraphError):
 
 class GraphStartFailed(ExecutionGraphError):
     """An execution graph's Spark query did not reach the running state."""
+
+
+class SchemaRefused(ExecutionGraphError):
+    """A declared source schema cannot be read, or its event time is not a column hotswap can read."""

@@ -25,23 +25,37 @@ import structlog
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
+from hotswap.contract.envelope import ROUTE_HEADER
 from hotswap.contract.errors import TimeoutExpired
 from hotswap.contract.lifecycle import stop_between_batches
 from hotswap.contract.models import GraphRecord
 from hotswap.contract.settings import Settings
+from hotswap.contract.source import (
+    EVENT_TIME_COLUMN,
+    KAFKA_KEY_COLUMN,
+    KAFKA_TIMESTAMP_COLUMN,
+    LEGACY_SOURCE,
+    AvroWire,
+    SourceFormat,
+    SourceSpec,
+)
 from hotswap.contract.windows import GRAPH_WATERMARK_DELAY_MS
 from hotswap.execution_graph.errors import GraphStartFailed
+from hotswap.execution_graph.schemas import spark_schema
 from hotswap.execution_graph.user_query import apply_query, first_line
 
 log = structlog.get_logger(__name__)
 
-ROUTED_SCHEMA = "kind STRING, key STRING, value DOUBLE, ts BIGINT, partition INT, offset BIGINT"
 BatchWriter = Callable[[DataFrame, int], None]
 
 
-def events_stream(spark: SparkSession, settings: Settings, topic: str, start_after: int | None = None) -> DataFrame:
-    """The `events` a user query sees: data rows of the graph's input topic, watermarked, from
-    event time `start_after` on when the graph took over a failed graph's topic."""
+def events_stream(
+    spark: SparkSession, settings: Settings, topic: str, reads: SourceSpec, start_after: int | None = None
+) -> DataFrame:
+    """The `events` a user query sees: every top-level column of the schema its version reads,
+    `event_time`, and the source record's Kafka key and timestamp, from the data rows of the graph's
+    input topic, watermarked; from event time `start_after` on when the graph took over a failed
+    graph's topic. `reads` is the version's resolved source (execution_graph.schemas.resolve)."""
     raw = (
         spark.readStream.format("kafka")
         .options(**settings.spark_kafka_options())
@@ -50,26 +64,65 @@ def events_stream(spark: SparkSession, settings: Settings, topic: str, start_aft
         .option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
         # The topic is deleted only after the graph retires; its rows are the buffer and must not vanish.
         .option("failOnDataLoss", "true")
+        .option("includeHeaders", "true")
         .load()
     )
-    rows = raw.selectExpr(f"from_json(CAST(value AS STRING), '{ROUTED_SCHEMA}') AS r").selectExpr(
-        "r.kind AS kind",
-        "r.key AS key",
-        "r.value AS value",
-        "r.ts AS ts",
-        "timestamp_millis(r.ts) AS event_time",
-        "r.partition AS partition",
-        "r.offset AS offset",
+    # The service graph's route header (contract/envelope.py): kind, source partition, source
+    # offset, event time (ms), source record timestamp (ms).
+    route = f"split(CAST(try_element_at(filter(headers, h -> h.key = '{ROUTE_HEADER}'), 1).value AS STRING), ',')"
+    rows = raw.selectExpr(f"{route} AS route", "key", "value").selectExpr(
+        "route[0] AS kind",
+        "try_cast(route[1] AS INT) AS src_partition",
+        "try_cast(route[2] AS BIGINT) AS src_offset",
+        f"timestamp_millis(try_cast(route[3] AS BIGINT)) AS {EVENT_TIME_COLUMN}",
+        f"timestamp_millis(try_cast(route[4] AS BIGINT)) AS {KAFKA_TIMESTAMP_COLUMN}",
+        "key",
+        "value",
     )
-    watermarked = rows.withWatermark("event_time", f"{GRAPH_WATERMARK_DELAY_MS} milliseconds")
+    watermarked = rows.withWatermark(EVENT_TIME_COLUMN, f"{GRAPH_WATERMARK_DELAY_MS} milliseconds")
     # Keeps data rows and drops markers, but only after the watermark node has seen them.
-    keep = "true" if start_after is None else f"event_time >= timestamp_millis({int(start_after)})"
-    data = watermarked.where(f"CASE WHEN kind = 'data' THEN {keep} ELSE event_time IS NULL END")
+    keep = "true" if start_after is None else f"{EVENT_TIME_COLUMN} >= timestamp_millis({int(start_after)})"
+    data = watermarked.where(f"CASE WHEN kind = 'data' THEN {keep} ELSE {EVENT_TIME_COLUMN} IS NULL END")
     # A service-graph batch that Spark replays after a crash writes its rows again; each source
     # event (partition, offset) is counted once. With the event time in the key, Spark evicts an
     # entry once the service watermark passes it, so this state stays bounded.
-    unique = data.dropDuplicates(["partition", "offset", "event_time"])
-    return unique.select("key", "value", "ts", "event_time")
+    unique = data.dropDuplicates(["src_partition", "src_offset", EVENT_TIME_COLUMN])
+    # Parsed once, here, with the version's own schema; markers and duplicates never reach it.
+    parsed = unique.selectExpr(
+        f"{_decode(reads)} AS r",
+        EVENT_TIME_COLUMN,
+        f"CAST(key AS STRING) AS {KAFKA_KEY_COLUMN}",
+        KAFKA_TIMESTAMP_COLUMN,
+    )
+    fields = [f"r.`{_escaped(name)}` AS `{_escaped(name)}`" for name in spark_schema(spark, reads).names]
+    # The record's own event_time column (allowed only as the event time itself) gives way to hotswap's.
+    fields = [f for f in fields if not f.endswith(f"AS `{EVENT_TIME_COLUMN}`")]
+    return parsed.selectExpr(*fields, EVENT_TIME_COLUMN, KAFKA_KEY_COLUMN, KAFKA_TIMESTAMP_COLUMN)
+
+
+def _decode(reads: SourceSpec) -> str:
+    """The record's value as the version reads it: JSON with its DDL, or Avro with the namespace's
+    writer schema resolved to the version's reader schema (Avro's resolution rules)."""
+    if reads.format is SourceFormat.AVRO:
+        assert reads.avro_schema is not None
+        options = {"mode": "PERMISSIVE"}
+        if reads.avro_reader_schema:
+            options["avroSchema"] = reads.avro_reader_schema
+        payload = "substr(value, 6)" if reads.avro_wire is AvroWire.CONFLUENT else "value"
+        return f"from_avro({payload}, {_sql_str(reads.avro_schema)}, {_map(options)})"
+    return f"from_json(CAST(value AS STRING), {_sql_str(reads.schema_ddl)}, {_map(reads.json_options)})"
+
+
+def _sql_str(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _map(options: dict[str, str]) -> str:
+    return "map(" + ", ".join(f"{_sql_str(k)}, {_sql_str(v)}" for k, v in options.items()) + ")"
+
+
+def _escaped(name: str) -> str:
+    return name.replace("`", "``")
 
 
 def claim_checkpoint(checkpoint: Path, record: GraphRecord) -> None:
@@ -107,13 +160,18 @@ class GraphRunner:
         self._settings = settings
         self._queries: dict[str, StreamingQuery] = {}
 
+    @staticmethod
+    def reads(record: GraphRecord) -> SourceSpec:
+        """How the graph's version reads the source (a record from before schemas: the demo format)."""
+        return record.reads or LEGACY_SOURCE
+
     def start(self, record: GraphRecord, writer: BatchWriter) -> StreamingQuery:
         existing = self._queries.get(record.query_id)
         if existing is not None and existing.isActive:
             return existing
         checkpoint = self._settings.names.graph_checkpoint(record.query_id)
         claim_checkpoint(checkpoint, record)
-        events = events_stream(self._spark, self._settings, record.topic, record.start_after)
+        events = events_stream(self._spark, self._settings, record.topic, self.reads(record), record.start_after)
         output = apply_query(self._spark, events, record.source)
         query = (
             output.writeStream.queryName(self._settings.names.graph_query(record.query_id))

@@ -1,8 +1,9 @@
 """Applying a user query to the `events` stream (execution_graph.source reads its file).
 
-A query is either a `.sql` file over the view `events(key, value, ts, event_time)` or a `.py`
-file that defines `query(events: DataFrame) -> DataFrame`. Python queries run as code with the
-executor's rights; SQL is the form to accept from untrusted submitters.
+A query is either a `.sql` file over the view `events` (every top-level column of the schema its
+version reads, plus `event_time`, `_kafka_key` and `_kafka_timestamp`; README, "Your own topic") or
+a `.py` file that defines `query(events: DataFrame) -> DataFrame`, given the same DataFrame. Python
+queries run as code with the executor's rights; SQL is the form to accept from untrusted submitters.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from hotswap.contract.models import QueryKind, QuerySource
 from hotswap.execution_graph.errors import QueryRejected
 
 EVENTS_VIEW = "events"
-EVENTS_COLUMNS = ("key", "value", "ts", "event_time")
+# Spark's error classes for a column or struct field a query names and its input lacks.
+_MISSING_COLUMN = ("UNRESOLVED_COLUMN", "FIELD_NOT_FOUND")
 
 # Temp views are per session; the lock keeps two graphs from binding `events` at the same time.
 # The view is resolved when spark.sql() analyses the text, so replacing it later is harmless.
@@ -37,7 +39,8 @@ def _apply_sql(spark: SparkSession, events: DataFrame, source: QuerySource) -> D
         try:
             return spark.sql(source.text.strip().rstrip(";"))
         except PySparkException as exc:
-            raise QueryRejected(f"query {source.name!r} does not analyse: {first_line(exc)}") from exc
+            missing = _missing_column(exc, events, source)
+            raise QueryRejected(missing or f"query {source.name!r} does not analyse: {first_line(exc)}") from exc
 
 
 def _apply_python(events: DataFrame, source: QuerySource) -> DataFrame:
@@ -54,6 +57,11 @@ def _apply_python(events: DataFrame, source: QuerySource) -> DataFrame:
         raise QueryRejected(f"query {source.name!r} defines no function query(events) -> DataFrame")
     try:
         result = function(events)
+    except PySparkException as exc:
+        missing = _missing_column(exc, events, source)
+        raise QueryRejected(
+            missing or f"query {source.name!r} raised: {type(exc).__name__}: {first_line(exc)}"
+        ) from exc
     except Exception as exc:  # the user's function may raise anything
         raise QueryRejected(f"query {source.name!r} raised: {type(exc).__name__}: {first_line(exc)}") from exc
     if not isinstance(result, DataFrame):
@@ -64,3 +72,14 @@ def _apply_python(events: DataFrame, source: QuerySource) -> DataFrame:
 def first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _missing_column(exc: PySparkException, events: DataFrame, source: QuerySource) -> str | None:
+    """One line naming a column the query reads and the schema it was checked against lacks."""
+    error_class = exc.getCondition() or ""
+    if not error_class.startswith(_MISSING_COLUMN):
+        return None
+    parameters = exc.getMessageParameters() or {}
+    name = parameters.get("objectName") or parameters.get("fieldName") or "?"
+    schema = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in events.schema.fields)
+    return f"query {source.name!r} reads {name}, which the schema it was checked against lacks: {schema}"

@@ -1,6 +1,6 @@
-"""Spark's Kafka connector: which jars it needs beyond the pyspark wheel, and where a fetch leaves
-them. `hotswap run` (control/spark_session.py) uses local jars when they are complete, and the
-embedded stack's `stack fetch` (stack/jars.py) puts them there."""
+"""Spark's Kafka connector and Avro support: which jars they need beyond the pyspark wheel, and where
+a fetch leaves them. `hotswap run` (control/spark_session.py) uses local jars when they are complete,
+and the embedded stack's `stack fetch` (stack/jars.py) puts them there."""
 
 from __future__ import annotations
 
@@ -13,13 +13,20 @@ from hotswap.executor.errors import StackError
 
 log = structlog.get_logger(__name__)
 
-# The jars Spark's Kafka source and sink need beyond what the pyspark wheel ships, in this order.
+# The jars Spark's Kafka source and sink and its Avro functions need beyond what the pyspark wheel
+# ships, in this order.
 CONNECTOR_ARTIFACTS = (
     "spark-sql-kafka-0-10_2.13",
     "spark-token-provider-kafka-0-10_2.13",
     "kafka-clients",
     "commons-pool2",
+    "spark-avro_2.13",
 )
+# spark-avro at the pyspark version (4.2.0) is not on Maven Central (404 on 2026-11-24, while
+# spark-sql-kafka 4.2.0 is): the newest release there, 4.1.1, is used instead. Its from_avro and
+# to_avro run on Spark 4.2.0 (tests/integration/test_sources.py reads Avro through it). Pinned also
+# in compose/spark-connector/pom.xml.
+AVRO_VERSION = "4.1.1"
 COMPLETE_MARKER = ".complete"  # written last by a fetch: a directory without it is unfinished
 
 
@@ -40,8 +47,11 @@ def local_connector_jars(jar_cache: Path) -> list[Path] | None:
 
 
 def connector_package() -> str:
-    """Spark's Kafka connector as a Maven coordinate, at the pyspark version (its dependencies follow)."""
-    return f"org.apache.spark:{CONNECTOR_ARTIFACTS[0]}:{pyspark_version()}"
+    """Spark's Kafka connector and Avro support as Maven coordinates for spark.jars.packages (their
+    dependencies follow)."""
+    return (
+        f"org.apache.spark:{CONNECTOR_ARTIFACTS[0]}:{pyspark_version()},org.apache.spark:spark-avro_2.13:{AVRO_VERSION}"
+    )
 
 
 def pyspark_version() -> str:

@@ -1,141 +1,205 @@
-"""The Spark side of one service-graph batch: parsing source rows, routing them with SQL
-expressions (no Python UDFs), and the per-partition statistics the routing state is built from."""
+"""The Spark side of one service-graph batch: route every read record and write it to Kafka, in one
+Spark job that also yields the batch's statistics.
+
+Each record goes, with its bytes unchanged, to the dead-letter topic (it cannot be read), the late
+topic (its event time is behind the service watermark), or the topics of every graph whose event
+time range holds it (usually one; two around a cut to a sliding window, or beside a shadow). The
+statistics the routing state is built from (per source partition: offsets, largest routed event time
+and window end; counts by route and by dead-letter reason) are aggregated by Spark's `observe()` on
+the very rows being written, so a batch is one job, with nothing persisted. Kafka is written through
+Spark's DataSource V2 writer, which delivers observed metrics (the V1 writer does not): the session
+takes Kafka off `spark.sql.sources.useV1SourceList` (executor/control/spark_session.py).
+"""
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame, Observation
 from pyspark.sql import functions as F
 
-from hotswap.contract.models import RoutingPlan
+from hotswap.contract.envelope import REASON_CODE_HEADER, REASON_HEADER, ROUTE_HEADER, SOURCE_HEADER, DeadLetterReason
+from hotswap.contract.models import Destination, RoutingPlan
 from hotswap.contract.settings import Settings
-from hotswap.contract.windows import MAX_EVENT_TIME_MS, format_duration_ms
+from hotswap.contract.windows import format_duration_ms
+from hotswap.service_graph.reading import sql_str
 from hotswap.service_graph.routing import PartitionBatchStats
 
-SOURCE_SCHEMA = "key STRING, value DOUBLE, ts BIGINT"
+OBSERVATION = "hotswap_service_batch"
 
 
-def _sql_str(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+@dataclass(frozen=True)
+class BatchStats:
+    """What one batch did, from the observed metrics of its write."""
+
+    partitions: list[PartitionBatchStats]
+    dead_letter_by_reason: dict[str, int] = field(default_factory=dict)
+    routed_by_query: dict[str, int] = field(default_factory=dict)
+    # The largest source partition in the batch: a partition above the known ones (added to the
+    # topic while running) is not in `partitions`, and the caller must look again.
+    max_partition: int | None = None
+
+    @property
+    def late(self) -> int:
+        return sum(s.late for s in self.partitions)
+
+    @property
+    def dead_letter(self) -> int:
+        return sum(s.dead_letter for s in self.partitions)
 
 
-def parse(batch: DataFrame) -> DataFrame:
-    """The source rows with their parsed event `e` and, for malformed ones, the `reason`."""
-    parsed = batch.selectExpr(
-        "partition",
-        "offset",
-        "key AS raw_key",
-        "value AS raw_value",
-        f"from_json(CAST(value AS STRING), '{SOURCE_SCHEMA}') AS e",
-    )
-    # CASE evaluates its branches in order, so a well-formed row (nearly all of them) is parsed
-    # once; only a row missing a field is parsed again to tell invalid JSON from a missing field.
-    return parsed.selectExpr(
-        "partition",
-        "offset",
-        "raw_key",
-        "raw_value",
-        "e",
-        f"""CASE
-              WHEN raw_value IS NULL THEN 'empty record'
-              WHEN e.key IS NOT NULL AND e.value IS NOT NULL AND e.ts IS NOT NULL THEN
-                CASE WHEN e.ts < 0 OR e.ts > {MAX_EVENT_TIME_MS} THEN 'field ts out of range' END
-              WHEN try_parse_json(CAST(raw_value AS STRING)) IS NULL THEN 'not valid JSON'
-              WHEN e.key IS NULL THEN 'missing or non-string field key'
-              WHEN e.value IS NULL THEN 'missing or non-numeric field value'
-              ELSE 'missing or non-integer field ts'
-            END AS reason""",
-    )
-
-
-def median_event_time(parsed: DataFrame) -> int | None:
-    row = parsed.where("reason IS NULL").selectExpr("percentile_approx(e.ts, 0.5) AS median").first()
+def median_event_time(read: DataFrame) -> int | None:
+    """The median event time of a batch's readable records (one extra job, for the first batch only)."""
+    row = read.where("reason IS NULL").selectExpr("percentile_approx(ts, 0.5) AS median").first()
     return None if row is None or row["median"] is None else int(row["median"])
 
 
-def route(parsed: DataFrame, plan: RoutingPlan, settings: Settings) -> DataFrame:
-    """Adds `topic`, `key`, `value`, `headers` for the Kafka sink, plus `route` for stats."""
+def route_and_write(read: DataFrame, plan: RoutingPlan, settings: Settings, partitions: int) -> BatchStats:
+    """Route the batch's records (from reading.Reading.read) by `plan`, write them, and return
+    the batch's statistics. `partitions`: how many partitions the source topic has."""
+    routed = _classified(read, plan, settings)
+    observation = Observation(OBSERVATION)
+    observed = routed.observe(observation, *_statistics(plan.receivers, partitions))
+    (
+        _for_kafka(observed, plan, settings)
+        .write.format("kafka")
+        .options(**settings.spark_kafka_options())
+        .mode("append")
+        .save()
+    )
+    stats = _stats(observation.get, plan.receivers, partitions)
+    if stats.max_partition is not None and stats.max_partition >= partitions:
+        # A partition added to the topic since the query started: count again, with it (a second job,
+        # once). Spark reads the batch's offsets again; the rows are already written.
+        row = routed.agg(*_statistics(plan.receivers, stats.max_partition + 1)).first()
+        assert row is not None
+        stats = _stats(row.asDict(), plan.receivers, stats.max_partition + 1)
+    return stats
+
+
+def _classified(read: DataFrame, plan: RoutingPlan, settings: Settings) -> DataFrame:
+    """Adds `route` (dead_letter, late or data) and the routed row's `window_end`; a record too far
+    ahead of the watermark gets its reason here."""
+    ahead = "false" if plan.ahead_after is None else f"ts > {plan.ahead_after}"
+    late = "false" if plan.late_before is None else f"ts < {plan.late_before}"
+    jump = sql_str(f"event time more than {format_duration_ms(settings.max_time_jump_ms)} ahead of the watermark")
     size = settings.window_ms
-    late = "false" if plan.late_before is None else f"e.ts < {plan.late_before}"
-    ahead = "false" if plan.ahead_after is None else f"e.ts > {plan.ahead_after}"
-    jump = _sql_str(f"event time more than {format_duration_ms(settings.max_time_jump_ms)} ahead of the watermark")
-    old = "false" if plan.cut is None else f"e.ts < {plan.cut.boundary}"
-    old_topic = _sql_str(plan.cut.old_topic) if plan.cut is not None else "NULL"
-    reasoned = parsed.selectExpr(
-        "partition",
-        "offset",
-        "raw_key",
-        "raw_value",
-        "e",
-        f"CASE WHEN reason IS NULL AND {ahead} THEN {jump} ELSE reason END AS reason",
-    )
-    routed = reasoned.selectExpr(
-        "*",
-        f"""CASE
-              WHEN reason IS NOT NULL THEN 'dead_letter'
-              WHEN {late} THEN 'late'
-              WHEN {old} THEN 'old'
-              ELSE 'target'
-            END AS route""",
-        f"CASE WHEN reason IS NULL THEN (e.ts DIV {size}) * {size} + {size} END AS window_end",
-    )
-    return routed.selectExpr(
-        "route",
-        "partition",
-        "offset",
-        "e.ts AS ts",
-        "window_end",
-        f"""CASE route
-              WHEN 'dead_letter' THEN {_sql_str(settings.names.dead_letter_topic)}
-              WHEN 'late' THEN {_sql_str(settings.names.late_topic)}
-              WHEN 'old' THEN {old_topic}
-              ELSE {_sql_str(plan.target_topic)}
-            END AS topic""",
-        "raw_key AS key",
-        """CASE WHEN route = 'dead_letter' THEN raw_value
-              ELSE CAST(to_json(named_struct(
-                  'kind', 'data', 'key', e.key, 'value', e.value, 'ts', e.ts,
-                  'partition', partition, 'offset', offset, 'window_end', window_end)) AS BINARY)
-            END AS value""",
-        """CASE WHEN route = 'dead_letter' THEN array(
-                  named_struct('key', 'hotswap.reason', 'value', CAST(reason AS BINARY)),
-                  named_struct('key', 'hotswap.source',
-                               'value', CAST(concat_ws('/', CAST(partition AS STRING),
-                                                       CAST(offset AS STRING)) AS BINARY)))
-              ELSE CAST(array() AS ARRAY<STRUCT<key: STRING, value: BINARY>>)
-            END AS headers""",
-    )
-
-
-def collect_stats(routed: DataFrame) -> list[PartitionBatchStats]:
-    rows = (
-        routed.selectExpr(
+    return (
+        read.selectExpr(
             "partition",
             "offset",
-            "CASE WHEN route IN ('old', 'target') THEN ts END AS routed_ts",
-            "CASE WHEN route IN ('old', 'target') THEN window_end END AS routed_window_end",
-            "CASE WHEN route = 'late' THEN 1 ELSE 0 END AS is_late",
-            "CASE WHEN route = 'dead_letter' THEN 1 ELSE 0 END AS is_dead",
+            "key",
+            "value",
+            "timestamp",
+            "ts",
+            f"CASE WHEN reason IS NULL AND {ahead} THEN {jump} ELSE reason END AS reason",
+            f"CASE WHEN reason IS NULL AND {ahead} THEN {sql_str(DeadLetterReason.TOO_FAR_AHEAD)} "
+            "ELSE reason_code END AS reason_code",
         )
-        .groupBy("partition")
-        .agg(
-            F.max("offset").alias("max_offset"),
-            F.min("offset").alias("min_offset"),
-            F.max("routed_ts").alias("max_event_time"),
-            F.max("routed_window_end").alias("max_window_end"),
-            F.sum("is_late").alias("late"),
-            F.sum("is_dead").alias("dead_letter"),
+        .selectExpr(
+            "*",
+            f"CASE WHEN reason IS NOT NULL THEN 'dead_letter' WHEN {late} THEN 'late' ELSE 'data' END AS route",
         )
-        .collect()
+        .selectExpr("*", f"CASE WHEN route = 'data' THEN (ts DIV {size}) * {size} + {size} END AS window_end")
     )
-    return [
-        PartitionBatchStats(
-            partition=int(row["partition"]),
-            max_offset=int(row["max_offset"]),
-            max_event_time=row["max_event_time"],
-            max_window_end=row["max_window_end"],
-            late=int(row["late"] or 0),
-            dead_letter=int(row["dead_letter"] or 0),
-            min_offset=int(row["min_offset"]),
+
+
+def _holds(destination: Destination) -> str:
+    bounds = []
+    if destination.since is not None:
+        bounds.append(f"ts >= {destination.since}")
+    if destination.until is not None:
+        bounds.append(f"ts < {destination.until}")
+    return " AND ".join(bounds) or "true"
+
+
+def _for_kafka(routed: DataFrame, plan: RoutingPlan, settings: Settings) -> DataFrame:
+    """`topic`, `key`, `value`, `headers` for Spark's Kafka sink: the record's own key and value,
+    and hotswap's metadata in headers (contract/envelope.py)."""
+    names = settings.names
+    route_header = (
+        f"array(named_struct('key', {sql_str(ROUTE_HEADER)}, 'value', CAST(concat_ws(',', route, "
+        "CAST(partition AS STRING), CAST(offset AS STRING), CAST(ts AS STRING), "
+        "CAST(unix_millis(timestamp) AS STRING)) AS BINARY)))"
+    )
+    dead_headers = (
+        f"array(named_struct('key', {sql_str(REASON_HEADER)}, 'value', CAST(reason AS BINARY)), "
+        f"named_struct('key', {sql_str(REASON_CODE_HEADER)}, 'value', CAST(reason_code AS BINARY)), "
+        f"named_struct('key', {sql_str(SOURCE_HEADER)}, 'value', "
+        "CAST(concat_ws('/', CAST(partition AS STRING), CAST(offset AS STRING)) AS BINARY)))"
+    )
+    headers = f"CASE WHEN route = 'dead_letter' THEN {dead_headers} ELSE {route_header} END AS headers"
+    receivers = plan.receivers
+    if len(receivers) == 1:
+        topic = (
+            f"CASE route WHEN 'dead_letter' THEN {sql_str(names.dead_letter_topic)} "
+            f"WHEN 'late' THEN {sql_str(names.late_topic)} ELSE {sql_str(receivers[0].topic)} END AS topic"
         )
-        for row in rows
+        return routed.selectExpr(topic, "key", "value", headers)
+    # A row for several graphs is written once per graph.
+    each = ", ".join(f"CASE WHEN {_holds(d)} THEN {sql_str(d.topic)} END" for d in receivers)
+    topics = (
+        f"CASE route WHEN 'dead_letter' THEN array({sql_str(names.dead_letter_topic)}) "
+        f"WHEN 'late' THEN array({sql_str(names.late_topic)}) "
+        f"ELSE filter(array({each}), t -> t IS NOT NULL) END"
+    )
+    return routed.selectExpr(f"explode({topics}) AS topic", "key", "value", headers)
+
+
+def _statistics(receivers: tuple[Destination, ...], partitions: int) -> list[Any]:
+    """The observed aggregates: conditional ones per source partition, per dead-letter reason and
+    per destination, so that one pass over the written rows yields all of them."""
+    data = "route = 'data'"
+    exprs = ["max(partition) AS max_partition"]
+    for p in range(partitions):
+        mine = f"partition = {p}"
+        exprs += [
+            f"max(CASE WHEN {mine} THEN offset END) AS max_offset_{p}",
+            f"min(CASE WHEN {mine} THEN offset END) AS min_offset_{p}",
+            f"max(CASE WHEN {mine} AND {data} THEN ts END) AS max_ts_{p}",
+            f"max(CASE WHEN {mine} AND {data} THEN window_end END) AS max_window_end_{p}",
+            f"sum(CASE WHEN {mine} AND route = 'late' THEN 1 ELSE 0 END) AS late_{p}",
+            f"sum(CASE WHEN {mine} AND route = 'dead_letter' THEN 1 ELSE 0 END) AS dead_{p}",
+        ]
+    exprs += [
+        f"sum(CASE WHEN reason_code = {sql_str(code)} THEN 1 ELSE 0 END) AS `dead:{code}`" for code in DeadLetterReason
     ]
+    exprs += [
+        f"sum(CASE WHEN {data} AND {_holds(d)} THEN 1 ELSE 0 END) AS `routed:{i}`" for i, d in enumerate(receivers)
+    ]
+    return [F.expr(e) for e in exprs]
+
+
+def _stats(metrics: Mapping[str, Any], receivers: tuple[Destination, ...], partitions: int) -> BatchStats:
+    found = []
+    for p in range(partitions):
+        max_offset = metrics.get(f"max_offset_{p}")
+        if max_offset is None:
+            continue  # no record of this partition in the batch
+        found.append(
+            PartitionBatchStats(
+                partition=p,
+                max_offset=int(max_offset),
+                min_offset=int(metrics[f"min_offset_{p}"]),
+                max_event_time=_int(metrics.get(f"max_ts_{p}")),
+                max_window_end=_int(metrics.get(f"max_window_end_{p}")),
+                late=int(metrics.get(f"late_{p}") or 0),
+                dead_letter=int(metrics.get(f"dead_{p}") or 0),
+            )
+        )
+    dead = {code.value: int(metrics.get(f"dead:{code}") or 0) for code in DeadLetterReason}
+    routed: dict[str, int] = {}
+    for i, destination in enumerate(receivers):
+        routed[destination.query_id] = routed.get(destination.query_id, 0) + int(metrics.get(f"routed:{i}") or 0)
+    return BatchStats(
+        partitions=found,
+        dead_letter_by_reason={code: n for code, n in dead.items() if n},
+        routed_by_query={query: n for query, n in routed.items() if n},
+        max_partition=_int(metrics.get("max_partition")),
+    )
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)

@@ -3,11 +3,10 @@ producer of watermark markers."""
 
 from __future__ import annotations
 
-import json
-
 import structlog
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from hotswap.contract.envelope import ROUTE_HEADER, marker_route
 from hotswap.contract.settings import Settings
 from hotswap.contract.windows import marker_event_time
 from hotswap.service_graph.routing import Marker
@@ -30,6 +29,11 @@ class SourceOffsets:
         topic = self._settings.source_topic
         parts = [TopicPartition(topic, p) for p in sorted(self._consumer.partitions_for_topic(topic) or [])]
         return self._consumer, parts
+
+    def partition_count(self) -> int:
+        """How many partitions the source topic has now (0 if it does not exist yet)."""
+        _, parts = self._parts()
+        return len(parts)
 
     def end(self) -> dict[str, int]:
         consumer, parts = self._parts()
@@ -62,10 +66,10 @@ class MarkerWriter:
         if self._producer is None:
             self._producer = KafkaProducer(**self._settings.kafka_python_config(), acks="all")
         for marker in markers:
-            payload = json.dumps({"kind": "marker", "ts": marker_event_time(marker.watermark)}).encode()
+            headers = [(ROUTE_HEADER, marker_route(marker_event_time(marker.watermark)))]
             # Every partition gets the marker: each must see the watermark move.
             for partition in sorted(self._producer.partitions_for(marker.topic) or {0}):
-                self._producer.send(marker.topic, key=MARKER_KEY, value=payload, partition=partition)
+                self._producer.send(marker.topic, key=MARKER_KEY, value=b"", headers=headers, partition=partition)
         self._producer.flush(timeout=30)
         for marker in markers:
             self._written[marker.topic] = marker.watermark

@@ -4,8 +4,10 @@ One streaming query reads the source topic, in micro-batches of at most `max_off
 rows; `foreachBatch` routes each one:
 1. take the cut if a deployed swap waits for one (recorded in the journal first);
 2. write down the batch's routing plan, or reuse it if Spark is replaying the batch;
-3. route every row with Spark SQL expressions (no Python UDFs) and write it to Kafka;
-4. record node positions, the service watermark and the counts of late, dead-letter and expired rows;
+3. read each record's event time (reading.py), route it with Spark SQL expressions (no Python UDFs)
+   and write its bytes to Kafka, in one Spark job that also yields the batch's statistics (frames.py);
+4. record node positions, the service watermark and the counts of late, dead-letter, routed and
+   expired rows;
 5. write a watermark marker to every execution graph that receives rows, so each one closes its
    windows on the service watermark; once the watermark passes W, the old graph's marker drains it.
 
@@ -15,6 +17,7 @@ advances once every partition is idle, and the markers follow, without waiting f
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterable
@@ -22,6 +25,7 @@ from collections.abc import Iterable
 import redis
 import structlog
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
 from pyspark.sql.streaming.query import StreamingQuery
 from redis.client import Pipeline
 
@@ -34,10 +38,12 @@ from hotswap.contract.models import GraphRecord, RoutingPlan, ServiceState, now_
 from hotswap.contract.names import Keys
 from hotswap.contract.records import read_current, read_graphs, read_service_state
 from hotswap.contract.settings import Settings
+from hotswap.contract.source import SourceFormat, SourceSpec
 from hotswap.contract.windows import reached_cut
 from hotswap.service_graph.errors import NoTargetGraph, ServiceGraphError
-from hotswap.service_graph.frames import collect_stats, median_event_time, parse, route
+from hotswap.service_graph.frames import BatchStats, median_event_time, route_and_write
 from hotswap.service_graph.kafka_io import MarkerWriter, SourceOffsets
+from hotswap.service_graph.reading import Reading
 from hotswap.service_graph.routing import (
     IdleClock,
     PartitionBatchStats,
@@ -76,11 +82,22 @@ class ServiceGraph:
         self._last_advance = 0.0
         self.query: StreamingQuery | None = None
         self._restarts = RestartBudget(settings.query_restarts, settings.query_restart_backoff_s)
+        self._source_spec: SourceSpec | None = None  # the namespace's resolved source, from start()
+        self._readings: dict[str | None, Reading] = {}  # by the schema records are checked against
+        self._partitions = 0  # the source topic's partition count, as last read
 
     # -- lifecycle -------------------------------------------------------------------------
-    def start(self) -> StreamingQuery:
+    def start(self, source: SourceSpec | None = None) -> StreamingQuery:
+        """Start (or restart) the routing query; `source` is the namespace's resolved source, given
+        on the first start (execution_graph.schemas.resolve)."""
+        if source is not None:
+            self._source_spec = source
+            self._readings.clear()
+        if self._source_spec is None:
+            raise ServiceGraphError("the service graph was started without its source; this is a bug in hotswap")
         settings = self._settings
-        source = (
+        self._partitions = self._source.partition_count()
+        records = (
             self._spark.readStream.format("kafka")
             .options(**settings.spark_kafka_options())
             .option("subscribe", settings.source_topic)
@@ -92,7 +109,7 @@ class ServiceGraph:
             .load()
         )
         self.query = (
-            source.writeStream.queryName(settings.names.service_query)
+            records.writeStream.queryName(settings.names.service_query)
             .option("checkpointLocation", str(settings.names.service_checkpoint))
             .foreachBatch(self.route_batch)
             .start()
@@ -135,32 +152,59 @@ class ServiceGraph:
                 self._fence.verify(self._redis)
             with stages.timed(name, "state_read"):
                 state = self._load_state()
-            parsed = parse(batch).persist()
+            # Until the first watermark exists, a batch's median event time is computed before it is
+            # routed (time_jump_limit): the source rows are cached for that, so Spark reads them once.
+            first = state.watermark is None
+            if first:
+                batch = batch.persist()
             try:
                 with stages.timed(name, "plan"):
-                    plan = self._plan(batch_id, state, parsed)
-                routed = route(parsed, plan, self._settings)
-                with stages.timed(name, "stats_collect"):
-                    stats = collect_stats(routed)
-                with stages.timed(name, "kafka_write"):
-                    (
-                        routed.select("topic", "key", "value", "headers")
-                        .write.format("kafka")
-                        .options(**self._settings.spark_kafka_options())
-                        .save()
-                    )
+                    plan = self._plan(batch_id, state, batch)
+                read = self._reading(plan).read(batch)
+                if self._fence is not None:
+                    self._fence.verify(self._redis)  # again, right before the first row is written
+                with stages.timed(name, "route_and_write"):
+                    stats = route_and_write(read, plan, self._settings, self._partitions)
             finally:
-                parsed.unpersist()
+                if first:
+                    batch.unpersist()
             crash_point("service:after-write")  # rows are out, state not yet recorded: a replay follows
+            if stats.max_partition is not None and stats.max_partition >= self._partitions:
+                self._partitions = self._source.partition_count()
             now = time.monotonic()
-            self._idle.rows_seen((str(s.partition) for s in stats if s.max_event_time is not None), now)
-            new_state = self._advance(state, batch_id, stats, now)
+            self._idle.rows_seen((str(s.partition) for s in stats.partitions if s.max_event_time is not None), now)
+            new_state = self._advance(state, batch_id, stats.partitions, now)
             with stages.timed(name, "state_write"):
                 self._record(state, new_state, stats)
             with stages.timed(name, "markers"):
                 self._after_routing(plan, new_state)
 
-    def _plan(self, batch_id: int, state: ServiceState, parsed: DataFrame) -> RoutingPlan:
+    def _reading(self, plan: RoutingPlan) -> Reading:
+        """How records are read for `plan`: the namespace's source, checked against the schema of the
+        version rows after the cut go to (a JSON source), or the namespace's Avro schema."""
+        assert self._source_spec is not None
+        spec = self._source_spec
+        schema_ddl = plan.checked_schema if spec.format is SourceFormat.JSON else None
+        reading = self._readings.get(schema_ddl)
+        if reading is None:
+            checked = spec.for_version(schema_ddl=schema_ddl)
+            reading = Reading(spec, self._spark_schema(checked))
+            self._readings[schema_ddl] = reading
+        return reading
+
+    def _spark_schema(self, spec: SourceSpec) -> T.StructType:
+        jvm = self._spark.sparkContext._jvm
+        assert jvm is not None
+        if spec.format is SourceFormat.AVRO:
+            avro = jvm.org.apache.avro.Schema.Parser().parse(spec.avro_schema)
+            converted = jvm.org.apache.spark.sql.avro.SchemaConverters.toSqlType(avro).dataType()
+        else:
+            converted = jvm.org.apache.spark.sql.types.StructType.fromDDL(spec.schema_ddl)
+        schema = T.StructType.fromJson(json.loads(converted.json()))
+        assert isinstance(schema, T.StructType)
+        return schema
+
+    def _plan(self, batch_id: int, state: ServiceState, batch: DataFrame) -> RoutingPlan:
         raw = self._redis.get(self._keys.routing_plan(batch_id))
         if raw is not None:
             plan = RoutingPlan.model_validate_json(raw)
@@ -170,9 +214,9 @@ class ServiceGraph:
         swap = active_swap(swaps)
         if swap is not None and self._cut_due(swap) and self._take_cut(swap, state, batch_id):
             swaps = self._journal.all()
-        median = median_event_time(parsed) if state.watermark is None else None
-        ahead_after = time_jump_limit(state.watermark, median, self._settings.max_time_jump_ms)
-        plan = self._next_plan(batch_id, state, swaps, ahead_after)
+        plan = self._next_plan(batch_id, state, swaps)
+        median = median_event_time(self._reading(plan).read(batch)) if state.watermark is None else None
+        plan = plan.changed(ahead_after=time_jump_limit(state.watermark, median, self._settings.max_time_jump_ms))
 
         def queue(pipe: Pipeline) -> None:
             pipe.set(self._keys.routing_plan(batch_id), plan.model_dump_json())
@@ -271,14 +315,16 @@ class ServiceGraph:
         current = read_current(self._redis, self._keys)
         return None if current is None else graphs.get(current.query_id)
 
-    def _record(self, before: ServiceState, after: ServiceState, stats: list[PartitionBatchStats]) -> None:
+    def _record(self, before: ServiceState, after: ServiceState, stats: BatchStats) -> None:
         counts: dict[str, int] = {}
         # A replayed batch was counted the first time it ran.
         if after.last_batch > before.last_batch:
             counts = {
-                "late_records": sum(s.late for s in stats),
-                "dead_letter_records": sum(s.dead_letter for s in stats),
-                "expired_records": self._expired(before, stats),
+                "late_records": stats.late,
+                "dead_letter_records": stats.dead_letter,
+                "expired_records": self._expired(before, stats.partitions),
+                **{f"dead_letter:{code}": n for code, n in stats.dead_letter_by_reason.items()},
+                **{f"routed:{query}": n for query, n in stats.routed_by_query.items()},
             }
 
         def queue(pipe: Pipeline) -> None:

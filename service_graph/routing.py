@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from hotswap.contract.journal import SwapPhase, SwapRecord
-from hotswap.contract.models import CutRoute, GraphRecord, NodePosition, RoutingPlan, ServiceState
+from hotswap.contract.models import CutRoute, Destination, GraphRecord, NodePosition, RoutingPlan, ServiceState
 from hotswap.contract.windows import cut_boundary
 from hotswap.service_graph.errors import NoTargetGraph
 
@@ -106,6 +106,12 @@ def plan_batch(
         raise NoTargetGraph("no current execution graph: start the executor with `hotswap run --query FILE`")
     else:
         target = current
+    destinations = [Destination(query_id=target.query_id, topic=target.topic)]
+    if cut is not None:
+        destinations = [
+            Destination(query_id=cut.old_query, topic=cut.old_topic, until=cut.boundary),
+            Destination(query_id=target.query_id, topic=target.topic, since=cut.boundary),
+        ]
     return RoutingPlan(
         batch_id=batch_id,
         target_query=target.query_id,
@@ -113,6 +119,10 @@ def plan_batch(
         cut=cut,
         late_before=state.watermark,
         ahead_after=ahead_after,
+        destinations=tuple(destinations),
+        # Records are checked against the schema of the version rows after the cut go to: schemas
+        # only change compatibly through a swap, so the newest one reads every field (README, "Your own topic").
+        checked_schema=target.reads.schema_ddl if target.reads is not None else None,
     )
 
 
@@ -136,12 +146,14 @@ def graph_markers(plan: RoutingPlan, watermark: int | None) -> list[Marker]:
     """
     if watermark is None:
         return []
-    markers = [Marker(plan.target_query, plan.target_topic, watermark - 1)]
-    if plan.cut is not None:
-        old = watermark - 1
-        if watermark >= plan.cut.boundary:
-            old = max(old, plan.cut.boundary)
-        markers.append(Marker(plan.cut.old_query, plan.cut.old_topic, old))
+    markers = []
+    for destination in plan.receivers:
+        position = watermark - 1
+        if destination.until is not None and watermark >= destination.until:
+            # It receives nothing at or after `until` (W): its watermark stops there, which closes
+            # its last windows and never a window it does not own.
+            position = destination.until
+        markers.append(Marker(destination.query_id, destination.topic, position))
     return markers
 
 

@@ -10,6 +10,8 @@ therefore overwrites its own results instead of adding to them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -24,12 +26,23 @@ _KEEP_NULLS = {"ignoreNullFields": "false"}
 class ResultWriter:
     """The foreachBatch function of one execution graph."""
 
-    def __init__(self, settings: Settings, query_id: str, group_columns: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        query_id: str,
+        group_columns: tuple[str, ...],
+        check_lease: Callable[[], None] | None = None,
+    ) -> None:
         self._settings = settings
         self._query_id = query_id
         self._group_columns = group_columns
+        # Raises when this executor lost its lease: a stalled executor's graph must fail at its next
+        # batch, before it writes a result, whether or not its control loop ever wakes up.
+        self._check_lease = check_lease
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        if self._check_lease is not None:
+            self._check_lease()
         types = {field.name: field.dataType for field in batch.schema.fields}
         value_columns = [_as_json_value(name, types[name]) for name in types]
         value_columns.append(F.lit(self._query_id).alias("query_id"))
@@ -42,6 +55,7 @@ class ResultWriter:
             .write.format("kafka")
             .options(**self._settings.spark_kafka_options())
             .option("topic", self._settings.sink_topic)
+            .mode("append")  # Kafka is written through DataSource V2, which needs it (spark_session.py)
             .save()
         )
 

@@ -10,6 +10,7 @@ from hotswap.contract.errors import HotswapError
 from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
 from hotswap.contract.models import GraphRecord, new_spark_query_id
 from hotswap.contract.settings import Settings
+from hotswap.execution_graph.graph import GraphRunner
 from hotswap.execution_graph.user_query import first_line
 from hotswap.executor.control.graphs import Graphs
 
@@ -53,8 +54,12 @@ class Admission:
             self._journal.advance(swap.id, SwapPhase.REJECTED, error="swap carries no query")
             return
         from_query, old_window = self._predecessor(swap, swaps)
+        predecessor = self._graphs.get(from_query) if from_query else None
         try:
-            shape = self._graphs.validate(swap.source, old_window)
+            # The schema it reads: its own, if it declares one, else the one of the query it replaces.
+            base = GraphRunner.reads(predecessor) if predecessor else self._graphs.namespace_source
+            reads = self._graphs.version_reads(swap.source, base)
+            shape = self._graphs.validate(swap.source, old_window, reads)
         except HotswapError as exc:
             bound.info("swap rejected", reason=str(exc))
             self._journal.advance(swap.id, SwapPhase.REJECTED, error=str(exc))
@@ -82,6 +87,7 @@ class Admission:
                 topic=self._settings.names.graph_topic(query_id),
                 group_columns=shape.group_columns,
                 spark_query_id=new_spark_query_id(),
+                reads=reads,
             )
             self._graphs.save(record)
             bound.info("swap validated", to_query=query_id, from_query=from_query, window_ms=shape.window_ms)

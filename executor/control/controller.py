@@ -11,7 +11,7 @@ import redis
 import structlog
 from pyspark.sql import SparkSession
 
-from hotswap.contract.errors import ControlStateLost, HotswapError, LeaseLost
+from hotswap.contract.errors import ConfigError, ControlStateLost, HotswapError, LeaseLost
 from hotswap.contract.fence import Fence, fenced_write
 from hotswap.contract.journal import Journal, SwapPhase
 from hotswap.contract.models import (
@@ -20,11 +20,15 @@ from hotswap.contract.models import (
     ExecutorRecord,
     GraphRecord,
     GraphState,
+    NamespaceRecord,
     QuerySource,
     new_spark_query_id,
 )
 from hotswap.contract.names import Keys
 from hotswap.contract.settings import Settings
+from hotswap.contract.source import SourceSpec
+from hotswap.execution_graph.errors import SchemaRefused
+from hotswap.execution_graph.schemas import resolve
 from hotswap.execution_graph.user_query import first_line
 from hotswap.executor.control.graphs import Graphs
 from hotswap.executor.control.lease import Lease
@@ -114,6 +118,7 @@ class Executor:
 
     def _bootstrap(self, initial: QuerySource | None) -> None:
         settings = self.settings
+        source = self._source()
         partitions = self._topics.partitions(settings.source_topic)
         if partitions is None:
             self._topics.ensure(settings.source_topic, settings.source_partitions)
@@ -149,10 +154,37 @@ class Executor:
                 wanted = record.state in (GraphState.STARTING, GraphState.RUNNING) or failed_owner
                 if wanted and record.query_id not in retiring:
                     self.graphs.resume(record)
-        self.service.start()
+        self.service.start(source)
+
+    def _source(self) -> SourceSpec:
+        """The namespace's source, resolved against Spark, and the same as the namespace has always
+        read: how the service graph finds a record's event time must never change under a namespace
+        that has routed rows (a replayed batch would route differently)."""
+        try:
+            source = resolve(self._spark, self.settings.source_spec())
+        except SchemaRefused as exc:
+            raise ConfigError(f"the source cannot be read as declared: {exc}") from exc
+        raw = self._redis.get(self._keys.namespace_record)
+        record = NamespaceRecord.model_validate_json(raw) if raw else None
+        if record is not None and record.source is not None:
+            if record.source.reading_identity() != source.reading_identity():
+                raise ConfigError(
+                    f"namespace {self.settings.namespace!r} reads its source as ({record.source.describe()}), "
+                    f"not as ({source.describe()}); a namespace keeps how it reads event time for its life: run "
+                    "with the flags it was started with, or start a new namespace (--namespace)"
+                )
+        elif record is not None:
+            updated = record.changed(source=source)
+            fenced_write(
+                self._redis, self._fence, lambda pipe: pipe.set(self._keys.namespace_record, updated.model_dump_json())
+            )
+        self.graphs.namespace_source = source
+        log.info("source", topic=self.settings.source_topic, reads=source.describe())
+        return source
 
     def _deploy_initial(self, initial: QuerySource) -> None:
-        shape = self.graphs.validate(initial, None)
+        reads = self.graphs.version_reads(initial, self.graphs.namespace_source)
+        shape = self.graphs.validate(initial, None, reads)
         if shape.window_ms != self.settings.window_ms:
             log.info(
                 "query window differs from the service window; routing uses the service window",
@@ -167,6 +199,7 @@ class Executor:
             topic=self.settings.names.graph_topic(query_id),
             group_columns=shape.group_columns,
             spark_query_id=new_spark_query_id(),
+            reads=reads,
         )
         running = self.graphs.deploy(record)
         self.graphs.set_current(running)

@@ -19,7 +19,10 @@ from hotswap.contract.models import CurrentQuery, GraphRecord, GraphState, Query
 from hotswap.contract.names import Keys
 from hotswap.contract.records import read_current, read_graphs
 from hotswap.contract.settings import Settings
+from hotswap.contract.source import LEGACY_SOURCE, SourceFormat, SourceSpec
+from hotswap.execution_graph.errors import QueryRejected
 from hotswap.execution_graph.graph import GraphRunner, events_stream
+from hotswap.execution_graph.schemas import check_version
 from hotswap.execution_graph.validation import QueryShape, validate_query
 from hotswap.executor.control.topics import Topics
 from hotswap.service_sink.results import ResultWriter
@@ -48,6 +51,9 @@ class Graphs:
         self._topics = topics
         self.runner = GraphRunner(spark, settings)
         self._restarts: dict[str, RestartBudget] = {}
+        # The namespace's resolved source (set when the executor starts): what a query reads unless
+        # it or its predecessor declares its own schema.
+        self.namespace_source: SourceSpec = LEGACY_SOURCE
 
     # -- records ---------------------------------------------------------------------------
     def records(self) -> dict[str, GraphRecord]:
@@ -81,10 +87,29 @@ class Graphs:
         return f"{name}-{n}"
 
     # -- validation ------------------------------------------------------------------------
-    def validate(self, source: QuerySource, running_window_ms: int | None) -> QueryShape:
-        # Analysed over a stream of a topic that is never started, so nothing is read.
-        stream = events_stream(self._spark, self._settings, self._settings.names.graph_topic("validation"))
+    def validate(self, source: QuerySource, running_window_ms: int | None, reads: SourceSpec) -> QueryShape:
+        """Analyse the query over the `events` its version would read (`reads`), over a stream of a
+        topic that is never started, so nothing is read."""
+        stream = events_stream(self._spark, self._settings, self._settings.names.graph_topic("validation"), reads)
         return validate_query(self._spark, source, stream, running_window_ms)
+
+    def version_reads(self, source: QuerySource, predecessor: SourceSpec) -> SourceSpec:
+        """How a submitted query version reads the source: with the schema it declares (checked
+        against the one it replaces), else with its predecessor's. Raises QueryRejected."""
+        if source.source_schema is None and source.avro_schema is None:
+            return predecessor
+        if predecessor.format is SourceFormat.AVRO and source.source_schema is not None:
+            raise QueryRejected(
+                f"query {source.name!r} declares a DDL schema, but the namespace reads Avro: give an .avsc with "
+                "--avro-schema instead"
+            )
+        if predecessor.format is SourceFormat.JSON and source.avro_schema is not None:
+            raise QueryRejected(
+                f"query {source.name!r} declares an Avro schema, but the namespace reads JSON: give a DDL with "
+                "--source-schema instead"
+            )
+        wanted = predecessor.for_version(schema_ddl=source.source_schema, avro_reader_schema=source.avro_schema)
+        return check_version(self._spark, predecessor, wanted)
 
     # -- lifecycle -------------------------------------------------------------------------
     def deploy(self, record: GraphRecord) -> GraphRecord:
@@ -95,7 +120,7 @@ class Graphs:
         """
         self.save(record)
         self._topics.ensure(record.topic, GRAPH_TOPIC_PARTITIONS)
-        self.runner.start(record, ResultWriter(self._settings, record.query_id, record.group_columns))
+        self.runner.start(record, self._writer(record))
         self.runner.wait_running(record.query_id, self._settings.deploy_timeout_s)
         running = record.changed(state=GraphState.RUNNING, started_at=record.started_at or now_ms())
         self.save(running)
@@ -131,8 +156,13 @@ class Graphs:
             if restarts.first_seen(now):
                 log.warning("execution graph failed; restarting from its checkpoint", query_id=query_id, error=failure)
             if restarts.restart_due(now):
-                self.runner.restart(record, ResultWriter(self._settings, record.query_id, record.group_columns))
+                self.runner.restart(record, self._writer(record))
         return exhausted
+
+    def _writer(self, record: GraphRecord) -> ResultWriter:
+        fence = self._fence
+        check = None if fence is None else (lambda: fence.verify(self._redis))
+        return ResultWriter(self._settings, record.query_id, record.group_columns, check)
 
     def resume(self, record: GraphRecord) -> GraphRecord:
         """Restart a graph that was starting or running when the executor stopped."""

@@ -39,6 +39,9 @@ _DEFAULT_CONF = {
     "spark.sql.ui.retainedExecutions": "20",
     "spark.sql.streaming.ui.retainedQueries": "20",
     "spark.sql.streaming.ui.retainedProgressUpdates": "20",
+    # Kafka through DataSource V2: its writer delivers the service graph's observed batch statistics,
+    # the V1 writer does not (service_graph/frames.py). The rest of Spark's default list stays V1.
+    "spark.sql.sources.useV1SourceList": "avro,csv,json,orc,parquet,text",
     # hotswap needs neither pandas nor pyarrow; plain Python UDFs (in user .py queries) stay plain.
     "spark.sql.execution.pythonUDF.arrow.enabled": "false",
     # A larger thread stack: Spark matches long Python tracebacks (a foreachBatch interrupted by

@@ -5,16 +5,21 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 
+from hotswap.contract.errors import ConfigError
 from hotswap.contract.settings import Settings, load_settings
+from hotswap.contract.source import AvroWire, EpochUnit, SourceFormat
 from hotswap.executor.logs import configure_logging
 from hotswap.executor.operator.failures import operator_errors
 from hotswap.executor.operator.render import console, iso, render_status
 from hotswap.executor.operator.stack_cli import stack_app
+
+E = TypeVar("E", bound=StrEnum)
 
 app = typer.Typer(
     help="Replace a running Spark Structured Streaming query live.",
@@ -90,8 +95,37 @@ def run(
         ),
     ] = False,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask before --reset-namespace.")] = False,
+    source_format: Annotated[
+        SourceFormat | None, typer.Option(help="How the source's records are written: json or avro (default json).")
+    ] = None,
+    source_schema: Annotated[
+        str | None,
+        typer.Option(
+            help="The records' schema as Spark DDL, e.g. 'order_id STRING, customer STRUCT<id: BIGINT>, "
+            "created_at TIMESTAMP' (default: 'key STRING NOT NULL, value DOUBLE NOT NULL, ts BIGINT NOT NULL')."
+        ),
+    ] = None,
+    avro_schema: Annotated[
+        Path | None, typer.Option(help="With --source-format avro: the records' Avro schema (.avsc).")
+    ] = None,
+    avro_wire: Annotated[
+        AvroWire | None,
+        typer.Option(help="Avro framing: confluent (a magic byte and a schema id first; default) or plain."),
+    ] = None,
+    event_time: Annotated[
+        str | None,
+        typer.Option(help="The event-time column, a dotted path into a struct (meta.ts), or 'kafka' (default ts)."),
+    ] = None,
+    event_time_unit: Annotated[
+        EpochUnit | None, typer.Option(help="Unit of an integer event-time column: ms, s or us (default ms).")
+    ] = None,
+    timestamp_format: Annotated[
+        str | None, typer.Option(help="A Spark datetime pattern for timestamps that are not ISO-8601 (JSON).")
+    ] = None,
 ) -> None:
-    """Run the executor in the foreground (Ctrl-C stops it; a restart resumes)."""
+    """Run the executor in the foreground (Ctrl-C stops it; a restart resumes).
+
+    The executor is hotswap's controller process (and the Spark driver): not one of Spark's executors."""
     from hotswap.contract.names import Keys
     from hotswap.execution_graph.source import load_query_source
     from hotswap.executor.control.controller import Executor
@@ -110,7 +144,15 @@ def run(
         lease_wait=lease_wait,
         spark_master=spark_master,
         spark_remote=spark_remote,
+        source_format=source_format,
+        source_schema=source_schema,
+        avro_schema=avro_schema,
+        avro_wire=avro_wire,
+        event_time=event_time,
+        event_time_unit=event_time_unit,
+        timestamp_format=timestamp_format,
     )
+    settings.source_spec()  # a bad source declaration fails here, in one line, before anything starts
     check_spark_target(settings)  # before the lease or Redis: a target that cannot work changes nothing
     source = load_query_source(query, name)
     client = redis_client(settings)
@@ -154,13 +196,24 @@ def submit(
         str | None,
         typer.Option(help="Fix forward the swap with this id, whose new query failed for good after its cut."),
     ] = None,
+    source_schema: Annotated[
+        str | None,
+        typer.Option(
+            help="The schema this version reads, as Spark DDL (JSON sources), e.g. the running one plus a new "
+            "field; default: the schema of the query it replaces."
+        ),
+    ] = None,
+    avro_schema: Annotated[
+        Path | None,
+        typer.Option(help="The Avro schema (.avsc) this version reads (Avro sources); Avro's resolution rules apply."),
+    ] = None,
     namespace: NamespaceOpt = None,
 ) -> None:
     """Submit a replacement query. Prints the swap id; a rejected query prints the reason."""
     from hotswap.executor.operator.client import Client
 
     client = Client(ctx.obj.settings(namespace=namespace))
-    swap = client.submit(file, name, fix=fix)
+    swap = client.submit(file, name, fix=fix, source_schema=source_schema, avro_schema=avro_schema)
     typer.echo(swap.id)
     if wait:
         done = client.wait_until_done(swap.id, timeout)
@@ -238,9 +291,19 @@ def generate(
     late_by_ms: Annotated[int, typer.Option(help="How far behind a late event is (ms).")] = 300_000,
     start_ts: Annotated[int | None, typer.Option(help="Event time of the first event (epoch ms).")] = None,
     time_scale: Annotated[float, typer.Option(help="Event time runs this much faster than the clock.")] = 1.0,
+    profile: Annotated[
+        str, typer.Option(help="events: flat {key, value, ts}; orders: nested orders with ISO-8601 created_at.")
+    ] = "events",
+    encoding: Annotated[
+        str,
+        typer.Option(
+            "--format", help="json, or avro in Confluent's wire format (schemas: examples/events.avsc, orders.avsc)."
+        ),
+    ] = "json",
+    schema_id: Annotated[int, typer.Option(help="The schema id written before each Avro record.")] = 1,
 ) -> None:
-    """Write seeded JSON events {key, value, ts} to the source topic."""
-    from hotswap.executor.tools.generator import GeneratorReport, GeneratorSpec, produce
+    """Write seeded events to the source topic: the demo's {key, value, ts}, or nested orders; as JSON or Avro."""
+    from hotswap.executor.tools.generator import Encoding, GeneratorReport, GeneratorSpec, Profile, produce
 
     settings = ctx.obj.settings()
     spec = GeneratorSpec(
@@ -254,6 +317,9 @@ def generate(
         late_by_ms=late_by_ms,
         start_ts=start_ts,
         time_scale=time_scale,
+        profile=_choice(Profile, profile, "--profile"),
+        encoding=_choice(Encoding, encoding, "--format"),
+        schema_id=schema_id,
     )
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -291,6 +357,13 @@ def demo(
     else:
         ok = run_demo(ctx.obj, console, query, replacement, duration, swap_after, keep_stack)
     raise typer.Exit(0 if ok else 1)
+
+
+def _choice(kind: type[E], value: str, flag: str) -> E:
+    try:
+        return kind(value)
+    except ValueError as exc:
+        raise ConfigError(f"{flag} {value!r}: use one of {', '.join(str(v) for v in kind)}") from exc
 
 
 def main() -> None:

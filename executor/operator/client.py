@@ -13,7 +13,14 @@ from redis.retry import Retry
 
 from hotswap.contract.errors import ConfigError, TimeoutExpired
 from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
-from hotswap.contract.models import ExecutorPhase, ExecutorRecord, GraphProgress, GraphRecord, GraphState
+from hotswap.contract.models import (
+    ExecutorPhase,
+    ExecutorRecord,
+    GraphProgress,
+    GraphRecord,
+    GraphState,
+    NamespaceRecord,
+)
 from hotswap.contract.names import Keys
 from hotswap.contract.records import read_counters, read_current, read_graphs, read_progress, read_service_state
 from hotswap.contract.settings import Settings
@@ -76,14 +83,30 @@ class Client:
         self.journal = Journal(self._redis, self._keys)
 
     def submit(
-        self, path: Path, name: str | None = None, validation_timeout_s: float = 120.0, fix: str | None = None
+        self,
+        path: Path,
+        name: str | None = None,
+        validation_timeout_s: float = 120.0,
+        fix: str | None = None,
+        source_schema: str | None = None,
+        avro_schema: Path | None = None,
     ) -> SwapRecord:
         """Queue a swap and return once the executor has validated it; raises SubmitRejected.
 
         With `fix`, the id of a swap whose new query failed for good after its cut, the query fixes
         it forward: it takes over the failed query's buffer for every window that query did not emit.
+        `source_schema` (DDL) or `avro_schema` (an .avsc file) declare the schema this version reads;
+        without them it reads the schema of the query it replaces.
         """
         source = load_query_source(path, name)
+        if source_schema is not None or avro_schema is not None:
+            avro_text = None
+            if avro_schema is not None:
+                try:
+                    avro_text = avro_schema.read_text(encoding="utf-8")
+                except OSError as exc:
+                    raise ConfigError(f"cannot read the Avro schema {avro_schema}: {exc.strerror}") from exc
+            source = source.changed(source_schema=source_schema, avro_schema=avro_text)
         if fix is not None:
             self._failed_after_cut(fix, "fixed forward")
         swap = SwapRecord(id=uuid.uuid4().hex[:10], to_query=source.name, source=source, recovers=fix)
@@ -204,6 +227,8 @@ class Client:
         executor = ExecutorRecord.model_validate_json(raw_executor) if raw_executor else None
         swaps = self.journal.all()
         progress = {query_id: read_progress(self._redis, self._keys, query_id) for query_id in graphs}
+        raw_namespace = self._redis.get(self._keys.namespace_record)
+        namespace = NamespaceRecord.model_validate_json(raw_namespace) if raw_namespace else None
         return Status(
             namespace=self.settings.namespace,
             executor=ExecutorStatus(
@@ -237,12 +262,18 @@ class Client:
                     started_at=g.started_at,
                     retired_at=g.retired_at,
                     progress=_progress_status(progress[query_id]),
+                    source_schema=g.reads.schema_ddl if g.reads else None,
+                    routed_records=counters.get(f"routed:{query_id}", 0),
                 )
                 for query_id, g in graphs.items()
             },
             late_records=counters.get("late_records", 0),
             dead_letter_records=counters.get("dead_letter_records", 0),
             expired_records=counters.get("expired_records", 0),
+            dead_letters={
+                name.removeprefix("dead_letter:"): n for name, n in counters.items() if name.startswith("dead_letter:")
+            },
+            source=namespace.source.describe() if namespace and namespace.source else None,
         )
 
 

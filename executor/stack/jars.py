@@ -51,6 +51,10 @@ def fetch_connector_jars(jar_cache: Path) -> list[Path]:
     """The paths of Spark's Kafka connector jars at the pyspark version, fetched on first use."""
     spark_version = pyspark_version()
     dest = connector_dir(jar_cache)
+    if (dest / COMPLETE_MARKER).is_file() and local_connector_jars(jar_cache) is None:
+        # Fetched by an earlier hotswap that needed fewer jars (before Avro): fetch again.
+        log.info("stack.jars.refetching", what="Spark connector", dest=str(dest))
+        shutil.rmtree(dest)
     extra = [f"-Dspark.version={spark_version}", "-DincludeArtifactIds=" + ",".join(CONNECTOR_ARTIFACTS)]
     _fetch(CONNECTOR_POM_DIR, dest, extra, "Spark Kafka connector")
     jars = local_connector_jars(jar_cache)

@@ -14,6 +14,7 @@ from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
 from hotswap.contract.models import GraphProgress, GraphRecord, GraphState, QueryKind, QuerySource
 from hotswap.contract.names import Keys
 from hotswap.contract.settings import Settings
+from hotswap.contract.source import SourceSpec
 from hotswap.execution_graph.errors import GraphStartFailed, QueryRejected
 from hotswap.execution_graph.validation import QueryShape, check_cuttable
 from hotswap.executor.control.graphs import Graphs
@@ -118,7 +119,7 @@ class SparklessGraphs(Graphs):
         self.refuse: dict[str, str] = {}  # query name -> the one-line reason validation gives
         self.crash: dict[str, Exception] = {}  # query name -> what the user's code raises while analysed
 
-    def validate(self, source: QuerySource, running_window_ms: int | None) -> QueryShape:
+    def validate(self, source: QuerySource, running_window_ms: int | None, reads: SourceSpec) -> QueryShape:
         self.validated.append(source.name)
         if source.name in self.refuse:
             raise QueryRejected(self.refuse[source.name])

@@ -21,8 +21,9 @@ import bisect
 import json
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from hotswap.contract.journal import SwapRecord
 from hotswap.contract.settings import Settings
@@ -44,33 +45,49 @@ class SourceEvent:
     value: float
     ts: int
     created: int  # the Kafka record's timestamp (when the generator sent it), epoch ms
+    fields: Mapping[str, Any] = field(default_factory=dict)  # the record's fields, as the test decoded them
 
     @property
     def id(self) -> EventId:
         return (self.partition, self.offset)
 
 
-def source_events(settings: Settings) -> list[SourceEvent]:
+# Reads one source record the way the test wrote it: None for a record the test made unreadable on
+# purpose (it must be in the dead-letter topic).
+Decode = Callable[[Any], SourceEvent | None]
+
+
+def demo_event(record: Any) -> SourceEvent | None:
+    """A record of the generator's `events` profile, as JSON: {key, value, ts (epoch ms)}."""
+    body = json.loads(record.value)
+    return SourceEvent(
+        record.partition, record.offset, body["key"], float(body["value"]), int(body["ts"]), int(record.timestamp)
+    )
+
+
+def source_events(settings: Settings, decode: Decode = demo_event) -> list[SourceEvent]:
     events = []
     for r in read_topic_records(settings, settings.source_topic, timeout_s=60):
-        body = json.loads(r.value)
-        events.append(
-            SourceEvent(r.partition, r.offset, body["key"], float(body["value"]), int(body["ts"]), int(r.timestamp))
-        )
+        try:
+            event = decode(r)
+        except (ValueError, KeyError, TypeError):
+            event = None
+        if event is not None:
+            events.append(event)
     return events
 
 
 def event_ids(settings: Settings, topic: str) -> set[EventId]:
-    """The source rows that hotswap set aside in its late or dead-letter topic. A late row carries its
-    source position in its JSON; a dead letter is the raw record, with it in a header."""
+    """The source rows that hotswap set aside in its late or dead-letter topic, each the raw record. A
+    late row names its source position in its route header ("late,partition,offset,..."), a dead
+    letter in its source header ("partition/offset")."""
     ids: set[EventId] = set()
     for record in read_topic_records(settings, topic, timeout_s=60):
         headers = dict(record.headers or [])
         if "hotswap.source" in headers:
             partition, offset = headers["hotswap.source"].decode().split("/")
         else:
-            body = json.loads(record.value)
-            partition, offset = body["partition"], body["offset"]
+            _, partition, offset, *_ = headers["hotswap.route"].decode().split(",")
         ids.add((int(partition), int(offset)))
     return ids
 
@@ -168,11 +185,13 @@ def routed_everything(settings: Settings, source_ends: dict[int, int]) -> bool:
     return all(ends.get(p, 0) >= end for p, end in source_ends.items())
 
 
-def settle(settings: Settings, watermark_of_final: Callable[[], int], timeout_s: float = 180) -> Truth:
+def settle(
+    settings: Settings, watermark_of_final: Callable[[], int], timeout_s: float = 180, decode: Decode = demo_event
+) -> Truth:
     """Once the load has stopped: wait until the service graph routed every source row, check the
     late topic against the prediction, then wait until the final query's committed watermark
     reaches the horizon the source implies. Call it while the executor still runs."""
-    events = source_events(settings)
+    events = source_events(settings, decode)
     source_ends: dict[int, int] = {}
     for e in events:
         source_ends[e.partition] = max(source_ends.get(e.partition, 0), e.offset + 1)
@@ -234,11 +253,18 @@ def mean_and_n(events: list[SourceEvent]) -> dict[str, float]:
     return {"mean": sum(e.value for e in events) / len(events), "n": len(events)}
 
 
+def by_key(event: SourceEvent) -> Any:
+    return event.key
+
+
 @dataclass(frozen=True)
 class Version:
     query_id: str
     window_ms: int
     aggregate: Aggregate
+    group: Callable[[SourceEvent], Any] = by_key  # the group an event counts in
+    group_column: str = "key"  # the result column holding it
+    keep: Callable[[SourceEvent], bool] = lambda event: True  # the query's own filter
 
 
 def expected_results(
@@ -255,7 +281,8 @@ def expected_results(
         for i, version in enumerate(versions):
             if bounds[i] <= e.ts < bounds[i + 1]:
                 start = (e.ts // version.window_ms) * version.window_ms
-                grouped[(i, e.key, start)].append(e)
+                if version.keep(e):
+                    grouped[(i, str(version.group(e)), start)].append(e)
                 break
     out: dict[tuple[int, str], tuple[str, int, dict[str, float]]] = {}
     for (i, key, start), group in grouped.items():
@@ -295,9 +322,11 @@ def assert_invariants(
     With `allow_redelivery` (after a crash) a result may appear twice in the topic, but only as
     the identical record with the same key (a replayed batch overwriting itself).
     """
+    bounds = [-math.inf, *cuts, math.inf]
     seen: dict[tuple[int, str], Result] = {}
     for r in results:
-        identity = (r.window_start, str(r.row["key"]))
+        owner = next(v for i, v in enumerate(versions) if bounds[i] <= r.window_start < bounds[i + 1])
+        identity = (r.window_start, str(r.row[owner.group_column]))
         if identity in seen and allow_redelivery and same_result(seen[identity], r):
             continue
         assert identity not in seen, f"duplicate result for window {identity}: {seen[identity].row} and {r.row}"
@@ -309,15 +338,14 @@ def assert_invariants(
         if identity not in expected:
             # A window that closed after `closed_until` may already be out; it must still be owned right.
             continue
-        owner, end, values = expected[identity]
-        assert result.query_id == owner, f"window {identity} answered by {result.query_id}, owner is {owner}"
+        owner_id, end, values = expected[identity]
+        assert result.query_id == owner_id, f"window {identity} answered by {result.query_id}, owner is {owner_id}"
         assert result.window_end == end, f"window {identity} ends at {result.window_end}, expected {end}"
         for name, value in values.items():
             assert math.isclose(float(result.row[name]), value, rel_tol=1e-9, abs_tol=1e-6), (
                 f"window {identity} {name}={result.row[name]}, recomputed {value}"
             )
     # Ownership for every result, closed or not: at or before W the old version, after it the new.
-    bounds = [-math.inf, *cuts, math.inf]
     for r in results:
         version = next(v for i, v in enumerate(versions) if bounds[i] <= r.window_start < bounds[i + 1])
         assert r.query_id == version.query_id, f"window starting {r.window_start} answered by {r.query_id}"

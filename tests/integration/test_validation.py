@@ -14,8 +14,10 @@ import pytest
 from kafka import KafkaProducer
 from pyspark.sql import DataFrame, SparkSession
 
+from hotswap.contract.envelope import ROUTE_HEADER, marker_route
 from hotswap.contract.models import QueryKind, QuerySource
 from hotswap.contract.settings import Settings
+from hotswap.contract.source import LEGACY_SOURCE
 from hotswap.contract.windows import marker_event_time
 from hotswap.execution_graph.errors import QueryRejected
 from hotswap.execution_graph.graph import events_stream
@@ -37,7 +39,7 @@ WINDOW = "SELECT window.start AS window_start, window.end AS window_end"
 @pytest.fixture(scope="module")
 def events(spark: SparkSession, services: Services) -> DataFrame:
     settings = Settings(jars_dir=JARS, kafka_bootstrap=services.bootstrap)
-    return events_stream(spark, settings, settings.names.graph_topic("validation"))
+    return events_stream(spark, settings, settings.names.graph_topic("validation"), LEGACY_SOURCE)
 
 
 def validate(spark: SparkSession, events: DataFrame, source: QuerySource) -> QueryShape:
@@ -214,13 +216,14 @@ def test_every_valid_query_runs_on_a_stream(spark: SparkSession, services: Servi
     topics.close()
     producer = KafkaProducer(**settings.kafka_python_config(), acks="all")
     for offset in range(120):  # two minutes of event time, keys k0..k9 and values 0..99
-        row = {"kind": "data", "key": f"k{offset % 10}", "value": float(offset * 7 % 100), "ts": T0 + offset * 1000}
-        producer.send(topic, value=json.dumps({**row, "partition": 0, "offset": offset}).encode())
-    marker = {"kind": "marker", "ts": marker_event_time(T0 + 3 * 3_600_000)}
-    producer.send(topic, value=json.dumps(marker).encode())
+        ts = T0 + offset * 1000
+        row = {"key": f"k{offset % 10}", "value": float(offset * 7 % 100), "ts": ts}
+        route = f"data,0,{offset},{ts},{ts}".encode()
+        producer.send(topic, value=json.dumps(row).encode(), headers=[(ROUTE_HEADER, route)])
+    producer.send(topic, value=b"", headers=[(ROUTE_HEADER, marker_route(marker_event_time(T0 + 3 * 3_600_000)))])
     producer.flush(timeout=30)
     producer.close(timeout=10)
-    stream = events_stream(spark, settings, topic)
+    stream = events_stream(spark, settings, topic, LEGACY_SOURCE)
     queries = [
         apply_query(spark, stream, param.values[0])  # type: ignore[arg-type]  # pytest.param values are untyped
         .writeStream.format("noop")

@@ -21,6 +21,7 @@ from hotswap.contract.models import (
 )
 from hotswap.contract.names import Keys
 from hotswap.contract.settings import Settings
+from hotswap.contract.source import LEGACY_SOURCE, SourceSpec
 from hotswap.contract.status import OwnerStatus
 from hotswap.execution_graph.validation import QueryShape
 from hotswap.executor.control.swap import SwapProtocol
@@ -43,6 +44,10 @@ class FakeGraphs:
         self.current_id: str | None = None
         self.deployed: list[str] = []
         self.runner = self
+        self.namespace_source = LEGACY_SOURCE
+
+    def version_reads(self, source: QuerySource, predecessor: SourceSpec) -> SourceSpec:
+        return predecessor
 
     def failure(self, query_id: str) -> str | None:
         return None
@@ -74,7 +79,7 @@ class FakeGraphs:
             n += 1
         return f"{name}-{n}" if n > 1 else name
 
-    def validate(self, query: QuerySource, running_window_ms: int | None) -> QueryShape:
+    def validate(self, query: QuerySource, running_window_ms: int | None, reads: SourceSpec) -> QueryShape:
         return QueryShape(window_ms=WINDOWS[query.name], columns=(), group_columns=())
 
     def deploy(self, record: GraphRecord) -> GraphRecord:

@@ -1,11 +1,27 @@
+import io
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import fastavro
 import pytest
 
 from hotswap.contract.errors import ConfigError
 from hotswap.execution_graph.errors import QueryRejected
 from hotswap.execution_graph.validation import check_cuttable
-from hotswap.executor.tools.generator import GeneratorSpec, events
+from hotswap.executor.tools.generator import (
+    EVENTS_AVRO,
+    ORDERS_AVRO,
+    Encoding,
+    GeneratorSpec,
+    Profile,
+    events,
+    generate,
+)
 from hotswap.service_sink.audit import Result, audit
 from hotswap.service_sink.progress import parse_spark_time
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_progress_times_from_spark_are_epoch_ms() -> None:
@@ -85,3 +101,32 @@ def test_audit_counts_windows_per_version_and_finds_gaps_and_duplicates() -> Non
     assert dup.duplicate_results == 1
     overlap = audit([result("a", "v1", 0), result("b", "v2", 0, 30)])
     assert overlap.overlapping_windows == 1
+
+
+def test_the_generator_writes_the_avro_schemas_the_examples_declare() -> None:
+    assert json.loads((EXAMPLES / "orders.avsc").read_text()) == ORDERS_AVRO
+    assert json.loads((EXAMPLES / "events.avsc").read_text()) == EVENTS_AVRO
+
+
+def test_orders_are_seeded_nested_and_stamped_in_mixed_utc_offsets() -> None:
+    spec = GeneratorSpec(rate=100, count=400, keys=20, seed=3, profile=Profile.ORDERS, disorder_ms=200)
+    first = list(generate(spec, 1_700_000_000_000))
+    assert first == list(generate(spec, 1_700_000_000_000))
+    bodies = [json.loads(g.value) for g in first]
+    assert {b["created_at"][-1] == "Z" or b["created_at"][-6:] for b in bodies} == {True, "+01:00", "-05:00", "+05:30"}
+    for g, body in zip(first, bodies, strict=True):
+        moment = datetime.fromisoformat(body["created_at"])
+        assert (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1) == g.ts
+        assert set(body) == {"order_id", "customer", "amount", "status", "channel", "created_at"}
+        assert g.key == body["order_id"].encode()
+
+
+def test_avro_orders_are_confluent_framed_records_of_the_example_schema() -> None:
+    spec = GeneratorSpec(rate=100, count=50, profile=Profile.ORDERS, encoding=Encoding.AVRO, schema_id=7)
+    schema = fastavro.parse_schema(json.loads((EXAMPLES / "orders.avsc").read_text()))
+    for g in generate(spec, 1_700_000_000_000):
+        assert g.value[:5] == b"\x00\x00\x00\x00\x07"
+        record = fastavro.schemaless_reader(io.BytesIO(g.value[5:]), schema)
+        assert isinstance(record, dict)
+        assert record["order_id"] == g.key.decode()
+        assert (record["created_at"] - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1) == g.ts

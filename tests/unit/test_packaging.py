@@ -3,6 +3,7 @@ wheel is built from this checkout and its top-level names are listed."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -19,6 +20,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     out = tmp_path_factory.mktemp("wheel")
+    # setuptools builds in <checkout>/build and keeps what it built there: a module deleted since
+    # would still be in the wheel.
+    shutil.rmtree(REPO / "build", ignore_errors=True)
     # No build isolation: the dev environment's setuptools builds it, with no download.
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(REPO)],

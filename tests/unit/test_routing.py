@@ -1,7 +1,7 @@
 import pytest
 
 from hotswap.contract.journal import SwapPhase, SwapRecord
-from hotswap.contract.models import GraphRecord, NodePosition, QueryKind, QuerySource, ServiceState
+from hotswap.contract.models import GraphRecord, NodePosition, QueryKind, QuerySource, RoutingPlan, ServiceState
 from hotswap.service_graph.errors import NoTargetGraph
 from hotswap.service_graph.routing import (
     IdleClock,
@@ -69,6 +69,11 @@ def test_after_the_cut_rows_before_w_go_old_and_later_rows_go_new() -> None:
     assert plan.target_topic == "t.new"
     assert plan.cut is not None
     assert (plan.cut.boundary, plan.cut.old_topic) == (cut, "t.old")
+    old, new = plan.receivers
+    assert (old.topic, old.since, old.until) == ("t.old", None, cut)
+    assert (new.topic, new.since, new.until) == ("t.new", cut, None)
+    assert [d.query_id for d in plan.receivers if d.holds(cut - 1)] == ["old"]
+    assert [d.query_id for d in plan.receivers if d.holds(cut)] == ["new"]
 
 
 def test_once_retired_the_old_graph_receives_nothing() -> None:
@@ -179,7 +184,17 @@ def test_markers_hold_each_graph_one_ms_below_the_service_watermark_until_the_cu
     # Once the watermark reaches W nothing more goes to the old graph: W itself closes its last windows.
     at_cut = {m.query_id: m.watermark for m in graph_markers(plan, cut)}
     assert at_cut == {"new": cut - 1, "old": cut}
+    # Past W the old graph's watermark stays at W: a window ending after W is not its own to close.
+    past = {m.query_id: m.watermark for m in graph_markers(plan, cut + 30_000)}
+    assert past == {"new": cut + 29_999, "old": cut}
     assert graph_markers(plan, None) == []
+
+
+def test_a_plan_written_before_destinations_existed_still_routes_by_its_cut() -> None:
+    cut = T0 + 60_000
+    plan = plan_batch(5, state_with(T0), GRAPHS["old"], swap(SwapPhase.CUT, cut), GRAPHS)
+    legacy = RoutingPlan.model_validate({k: v for k, v in plan.model_dump().items() if k != "destinations"})
+    assert legacy.receivers == plan.receivers
 
 
 def test_only_rows_below_the_log_start_count_as_expired() -> None:
