@@ -57,6 +57,11 @@ class Resources:
         if final:
             self._samples = final
 
+    def span(self) -> tuple[int, int] | None:
+        """The first and last moments sampled (the sampler stops between two samples)."""
+        times = [t for t, name, _, _ in self._samples if name == "machine"]
+        return (min(times), max(times)) if times else None
+
     def cpu_s(self, process: str, start_ms: int, end_ms: int) -> float | None:
         series = [(t, cpu) for t, name, _, cpu in self._samples if name == process]
         spent = change_between(series, start_ms, end_ms)

@@ -162,6 +162,9 @@ def run_bench(quick: bool, shape: LiveShape, backlog: int, throughput_rounds: in
         spark.stop()
         stack.down()
     results["memory"] = resources.summary()
+    sampled = resources.span()
+    if sampled is not None:
+        run_began, run_ended = max(run_began, sampled[0]), min(run_ended, sampled[1])
     results["machine"]["elsewhere_during_run"] = resources.elsewhere(run_began, run_ended)
     if quick:
         results["memory"]["backlog_1m_catch_up"] = "skipped in QUICK mode"
