@@ -146,8 +146,12 @@ class Segment:
     def __enter__(self) -> Segment:
         self.bench.topics(self.settings)
         self.watcher = self.bench.watcher(self.settings)
-        self.pipeline.start()
-        self.load = self.bench.load(self.settings, self.shape.rate, self.seed)
+        try:
+            self.pipeline.start()
+            self.load = self.bench.load(self.settings, self.shape.rate, self.seed)
+        except BaseException as exc:
+            self.__exit__(type(exc), exc, exc.__traceback__)  # no process of a failed start is left behind
+            raise
         self.load_start_ms = now_ms()
         return self
 
