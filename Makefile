@@ -80,8 +80,9 @@ test: lint jars ## Lint, then every test, the cluster tests included (Kafka and 
 	@if $(CONTAINERS); then $(MAKE) --no-print-directory images; fi
 	$(BIN)/pytest -v --durations=15
 
-bench: jars ## Benchmarks beside plain Spark and stop-and-restart (QUICK=1: under 5 minutes); not part of `make test`
-	$(BIN)/pip install -q -e '.[dev,bench]'
+bench: jars ## Benchmarks beside plain Spark and stop-and-restart (QUICK=1: about 10 minutes); not part of `make test`
+	@# matplotlib (the plot) comes with the dev extra; install the bench extra only if it is missing.
+	@$(BIN)/python -c 'import matplotlib' 2>/dev/null || $(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m benchmarks.run $(if $(QUICK),--quick,)
 
 clean: ## Stop the stack and remove .hotswap/ (keeps .venv)

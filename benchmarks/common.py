@@ -1,26 +1,26 @@
-"""What every benchmark section shares: settings for the embedded bench stack, progress lines,
-bounded waits, reading results with their Kafka timestamps, and Spark progress counters."""
+"""What every benchmark section shares: settings for the embedded bench stack, the run's context
+(Spark, the resource sampler, progress lines), the generator and results watcher of a namespace,
+and the arithmetic on results (latency, gaps, coverage of the source)."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import math
-import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming.query import StreamingQuery
 
+from benchmarks.probe import Emission, LoadProcess, ResultWatcher
+from benchmarks.resources import Resources
 from hotswap.contract.settings import Settings
-from hotswap.executor.tools.generator import GeneratorReport, GeneratorSpec, produce
+from hotswap.executor.control.topics import Topics
 from hotswap.service_sink.audit import read_topic_records
-from hotswap.service_sink.progress import parse_spark_time
 
 REPO = Path(__file__).resolve().parents[1]
 HOME = REPO / ".hotswap" / "bench"
@@ -30,9 +30,10 @@ CHANGED = REPO / "examples" / "average_per_key.py"  # the change: other logic, o
 LATENESS_MS = 2_000
 WINDOW_MS = 10_000
 KEYS = 1_000
+DISORDER_MS = 200
 
 
-def settings_for(name: str) -> Settings:
+def settings_for(name: str, source_topic: str | None = None) -> Settings:
     """A fresh namespace (own topics, checkpoints, Redis keys) on the bench stack's ports."""
     namespace = f"bench-{name}-{uuid.uuid4().hex[:6]}"
     return Settings(
@@ -42,7 +43,7 @@ def settings_for(name: str) -> Settings:
         kafka_controller_port=29093,
         redis_port=26379,
         namespace=namespace,
-        source_topic=f"{namespace}.events",
+        source_topic=source_topic or f"{namespace}.events",
         sink_topic=f"{namespace}.results",
         lateness=f"{LATENESS_MS}ms",
         log_level="warning",
@@ -63,43 +64,40 @@ class Clock:
         print(f"[{self.elapsed():7.1f}s] {message}", flush=True)
 
 
+@dataclass
+class Bench:
+    """What every section runs with."""
+
+    spark: SparkSession
+    clock: Clock
+    resources: Resources
+    quick: bool
+
+    def kafka(self, settings: Settings) -> dict[str, Any]:
+        return settings.kafka_python_config()
+
+    def topics(self, settings: Settings) -> None:
+        """The namespace's source and results topics, created before anything reads them."""
+        topics = Topics(settings)
+        try:
+            topics.ensure(settings.source_topic, settings.source_partitions)
+            topics.ensure(settings.sink_topic, settings.source_partitions)
+        finally:
+            topics.close()
+
+    def watcher(self, settings: Settings) -> ResultWatcher:
+        return ResultWatcher(self.kafka(settings), settings.sink_topic)
+
+    def load(self, settings: Settings, rate: float, seed: int) -> LoadProcess:
+        return LoadProcess(self.kafka(settings), settings.source_topic, rate, seed, KEYS, DISORDER_MS)
+
+
 def wait_for(condition: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.5) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
             raise TimeoutError(f"benchmark: no {what} within {timeout_s:.0f}s")
         time.sleep(poll_s)
-
-
-@dataclass
-class Load:
-    """A generator running in a thread, paced at `spec.rate` with event time = wall time."""
-
-    settings: Settings
-    spec: GeneratorSpec
-    stop: threading.Event = field(default_factory=threading.Event)
-    report: GeneratorReport | None = None
-    thread: threading.Thread | None = None
-
-    def start(self) -> Load:
-        def run() -> None:
-            self.report = produce(self.settings, self.spec, self.settings.source_topic, self.stop)
-
-        self.thread = threading.Thread(target=run, daemon=True)
-        self.thread.start()
-        return self
-
-    def halt(self) -> GeneratorReport | None:
-        self.stop.set()
-        if self.thread is not None:
-            self.thread.join(timeout=60)
-        return self.report
-
-
-def live_spec(rate: float, seed: int) -> GeneratorSpec:
-    # time_scale=1 and start_ts=None (now): event time tracks wall time, so "the moment a window
-    # could close" (window end + lateness) is a wall-clock moment we can subtract from.
-    return GeneratorSpec(rate=rate, keys=KEYS, seed=seed, disorder_ms=200, time_scale=1.0)
 
 
 @dataclass(frozen=True)
@@ -113,20 +111,22 @@ class Emitted:
     n: int  # events the result counts (both bench queries output `n`)
 
 
-def read_emitted(settings: Settings) -> list[Emitted]:
-    out: list[Emitted] = []
-    for record in read_topic_records(settings, settings.sink_topic, timeout_s=60):
-        row = json.loads(record.value)
-        out.append(
-            Emitted(
-                emit_ms=int(record.timestamp),
-                window_start=int(row["window_start"]),
-                window_end=int(row["window_end"]),
-                query_id=str(row.get("query_id")),
-                n=int(row.get("n") or 0),
-            )
-        )
-    return sorted(out, key=lambda e: e.emit_ms)
+def emitted_from(rows: list[Emission]) -> list[Emitted]:
+    return sorted((Emitted(*row) for row in rows), key=lambda e: e.emit_ms)
+
+
+def latency_ms(e: Emitted) -> float:
+    """How long after its window could first close (window end + lateness) a result came out."""
+    return float(e.emit_ms - (e.window_end + LATENESS_MS))
+
+
+def stats(values: list[float]) -> dict[str, Any]:
+    p50, p99 = percentile(values, 50), percentile(values, 99)
+    return {
+        "results": len(values),
+        "p50_s": None if p50 is None else round(p50 / 1000, 3),
+        "p99_s": None if p99 is None else round(p99 / 1000, 3),
+    }
 
 
 def source_counts(settings: Settings, window_ms: int = WINDOW_MS) -> dict[int, int]:
@@ -137,28 +137,6 @@ def source_counts(settings: Settings, window_ms: int = WINDOW_MS) -> dict[int, i
         start = ts - ts % window_ms
         counts[start] = counts.get(start, 0) + 1
     return counts
-
-
-class RowCounter:
-    """Source rows a Spark query has processed, summed over its distinct batches, with the start
-    time of its first batch that read any (from `recentProgress`, so a poll never misses one)."""
-
-    def __init__(self) -> None:
-        self.rows: dict[tuple[str, int], int] = {}
-        self.first_input_ms: int | None = None
-
-    def update(self, query: StreamingQuery) -> int:
-        for progress in query.recentProgress:
-            rows = int(progress.get("numInputRows") or 0)
-            self.rows[(str(progress["id"]), int(progress["batchId"]))] = rows
-            started = parse_spark_time(progress.get("timestamp"))
-            if rows and started is not None and (self.first_input_ms is None or started < self.first_input_ms):
-                self.first_input_ms = started
-        return sum(self.rows.values())
-
-
-def active_query(spark: SparkSession, name: str) -> StreamingQuery | None:
-    return next((q for q in spark.streams.active if q.name == name), None)
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -211,16 +189,16 @@ def coverage(emitted: list[Emitted], counts: dict[int, int]) -> dict[str, Any]:
     }
 
 
-def batch_durations(spark: SparkSession) -> dict[str, dict[str, Any]]:
-    """Per running query: how long its recent micro-batches took (Spark's triggerExecution), the
-    stages a result waits for. Read from `recentProgress` (Spark keeps the last 100)."""
-    out: dict[str, dict[str, Any]] = {}
-    for query in spark.streams.active:
-        took = [
-            float(p["durationMs"]["triggerExecution"])
-            for p in query.recentProgress
-            if "triggerExecution" in (p.get("durationMs") or {})
-        ]
-        p50, p90 = percentile(took, 50), percentile(took, 90)
-        out[str(query.name)] = {"batches": len(took), "p50_ms": p50, "p90_ms": p90}
-    return out
+def audit_summary(checked: Any) -> dict[str, Any]:
+    return {
+        "results": checked.results,
+        "windows_by_query": checked.windows_by_query,
+        "missing_windows": len(checked.missing_windows),
+        "duplicate_results": checked.duplicate_results,
+        "overlapping_windows": checked.overlapping_windows,
+    }
+
+
+def latency_series(results: list[Emitted]) -> list[tuple[int, float, str]]:
+    """At most about 3,000 points for the plot."""
+    return [(e.emit_ms, round(latency_ms(e) / 1000, 3), e.query_id) for e in results[:: max(1, len(results) // 3000)]]

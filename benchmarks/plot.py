@@ -1,5 +1,6 @@
 """The PNG next to the JSON: result latency over time with the swap phases shaded (hotswap), the
-same for stop-and-restart, and source rows processed over time for both throughput runs."""
+same for stop-and-restart, events processed over time in each throughput run, and CPU per 1,000
+events by rate for both sides."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def _shade_swap(ax: Any, swap: dict[str, Any], t0: int, label: str) -> None:
 
 
 def draw(results: dict[str, Any], path: Path) -> None:
-    fig, axes = plt.subplots(3, 1, figsize=(11, 12))
+    fig, axes = plt.subplots(4, 1, figsize=(11, 16))
     live = results.get("live") or {}
     if live.get("series"):
         t0 = live["series"][0][0]
@@ -60,16 +61,30 @@ def draw(results: dict[str, Any], path: Path) -> None:
         axes[1].legend(fontsize=7, loc="upper left")
     throughput = results.get("throughput") or {}
     for run in throughput.get("runs", []):
-        series = run["series"]
+        series = run.get("series") or []
         if series:
             t0 = series[0][0]
             xs = [(t - t0) / 1000 for t, _ in series]
             ys = [rows for _, rows in series]
-            axes[2].plot(xs, ys, label=f"{run['side']} ({run['events_per_s']:,} ev/s)")
-    axes[2].set_title("throughput: source rows processed while draining the backlog")
-    axes[2].set_xlabel("seconds since the query started")
-    axes[2].set_ylabel("rows")
-    axes[2].legend(fontsize=8)
+            rate = run.get("events_per_s")
+            label = f"{run['side']} round {run.get('round')} ({rate:,} ev/s)" if rate else run["side"]
+            axes[2].plot(xs, ys, marker=".", label=label)
+    axes[2].set_title("throughput: events counted by the results while draining the backlog (slope over 10-90 %)")
+    axes[2].set_xlabel("seconds since the first results")
+    axes[2].set_ylabel("events")
+    axes[2].legend(fontsize=7)
+    cost = results.get("cost") or {}
+    for side in ("plain_spark", "hotswap"):
+        steps = [s for s in cost.get(side) or [] if s.get("cpu_s_per_1000_events") is not None]
+        if steps:
+            axes[3].plot(
+                [s["sent_rate"] for s in steps], [s["cpu_s_per_1000_events"] for s in steps], marker="o", label=side
+            )
+    axes[3].set_title("cost: CPU seconds (Spark JVM + driver) per 1,000 events, by event rate")
+    axes[3].set_xlabel("events per second")
+    axes[3].set_ylabel("CPU s / 1,000 events")
+    axes[3].set_xscale("log")
+    axes[3].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

@@ -1,103 +1,180 @@
 """`make bench` / `python -m benchmarks.run [--quick]`: the cost of the hot-swap layer and of a swap,
-beside plain Spark and stop-and-restart.
+beside plain Spark and stop-and-restart. Run it under the machine-wide lock on a shared machine
+(`/work/itest .venv/bin/python -m benchmarks.run --quick`).
 
-Runs its own embedded stack (ports 29092/29093/26379, under .hotswap/bench), then, in order:
-1. and 2. a live hotswap run (latency steady / during a swap, swap phases against the floor, output
-   gap, audit; then a second swap while the event rate doubles), and the same change made by
-   stop-and-restart of a plain Spark query;
-3. throughput: drain rate of a pre-loaded backlog, plain Spark and hotswap alternating;
-4. memory: peak RSS per process and phase, sampled all along.
-Writes bench/results/<timestamp>.json and a PNG beside it. A section that fails is recorded with
-its error and the rest still runs: a partial report beats none.
+Runs its own embedded stack (ports 29092/29093/26379, under .hotswap/bench), then, after a short
+unmeasured drain on each side to warm the JVM:
+1. live rounds, plain Spark and hotswap alternating, each on a fresh namespace under the same paced
+   load: steady-state result latency in every round; in round 2 the cost steps (CPU per 1,000
+   events as the rate rises); in the last round the change itself (two live swaps, and the same
+   change by stop-and-restart of the plain query);
+2. throughput rounds, alternating too: the slope of rows processed while each side drains the same
+   pre-loaded backlog;
+3. memory and CPU of each process, sampled all along by a process of its own.
+The generator, the results watcher and the sampler run in child processes (benchmarks.probe), so
+none of them shares the GIL with the executor's foreachBatch. Writes bench/results/<timestamp>.json
+and a PNG beside it. A section that fails is recorded with its error and the rest still runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
+import statistics
 import subprocess
 import traceback
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS_DIR, Clock, settings_for
-from benchmarks.latency import LiveShape, run_live
-from benchmarks.memory import MemorySampler
+from benchmarks.common import REPO, RESULTS_DIR, Bench, Clock, settings_for
+from benchmarks.latency import LiveReport, LiveShape, run_rounds
+from benchmarks.measures import spread
 from benchmarks.plot import draw
-from benchmarks.report import table, targets
-from benchmarks.restart import run_restart
-from benchmarks.throughput import run_throughput
+from benchmarks.profile import medians_ms
+from benchmarks.report import largest_stages, table, targets
+from benchmarks.resources import Resources, spark_jvm_pid
+from benchmarks.throughput import run_throughput, warm_up
+from hotswap.contract.models import now_ms
 from hotswap.executor.control.spark_session import build_spark_session
 from hotswap.executor.logs import configure_logging
 from hotswap.executor.stack import EmbeddedStack
 
+QUICK = LiveShape(
+    rate=500,
+    rounds=3,
+    steady_windows=2,
+    steady_s=20,
+    cost_rates=(2_000, 8_000),
+    settle_s=5,
+    measure_s=20,
+    after_swap_s=5,
+    restart_after_s=20,
+)
+FULL = LiveShape(
+    rate=500,
+    rounds=5,
+    steady_windows=6,
+    steady_s=60,
+    cost_rates=(2_000, 8_000),
+    settle_s=10,
+    measure_s=40,
+    after_swap_s=30,
+    restart_after_s=40,
+)
+
+
+def _out(*cmd: str) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=10, cwd=REPO).stdout.strip()
+    except OSError:
+        return ""
+
 
 def machine() -> dict[str, Any]:
-    def out(*cmd: str) -> str:
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=10).stdout.strip()
-        except OSError:
-            return ""
-
-    return {"nproc": out("nproc"), "free_g": out("free", "-g")}
+    return {
+        "nproc": _out("nproc"),
+        "free_g": _out("free", "-g"),
+        "loadavg_before": list(os.getloadavg()),
+        "commit": _out("git", "rev-parse", "--short", "HEAD"),
+        "uncommitted_changes": bool(_out("git", "status", "--porcelain", "--untracked-files=no")),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="shorter runs (under 5 minutes on 2 cores)")
+    parser.add_argument("--quick", action="store_true", help="shorter runs (about 10 minutes on 2 cores)")
     args = parser.parse_args()
     quick: bool = args.quick
+    run_bench(quick, QUICK if quick else FULL, 200_000 if quick else 1_000_000)
+
+
+def run_bench(quick: bool, shape: LiveShape, backlog: int, throughput_rounds: int = 3) -> Path:
+    """The whole benchmark; returns the JSON's path."""
     configure_logging("console", "warning")
+    # Stopping a query cancels its batch in flight (a retired graph, the restarted plain query), and
+    # py4j logs each cancelled foreachBatch as an error with a long trace. A failure that matters
+    # reaches the report through the section or segment that it ended.
+    logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
     clock = Clock()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     json_path, png_path = RESULTS_DIR / f"{stamp}.json", RESULTS_DIR / f"{stamp}.png"
-    results: dict[str, Any] = {"mode": "quick" if quick else "full", "started": stamp, "machine": machine()}
+    results: dict[str, Any] = {
+        "mode": "quick" if quick else "full",
+        "started": stamp,
+        "machine": machine(),
+        "shape": {**vars(shape), "backlog_events": backlog, "throughput_rounds": throughput_rounds},
+    }
 
     base = settings_for("stack")
     stack = EmbeddedStack(base)
     clock.step("stack: starting Kafka and Redis on 29092/26379")
     stack.up()
-    kafka_pid = next((s.pid for s in stack.status() if s.name == "kafka"), None)
-    memory = MemorySampler(kafka_pid).start()
+    pids = {s.name: s.pid for s in stack.status() if s.pid is not None}
     clock.step("spark: starting the session")
     spark = build_spark_session(base)
-    rate = 500.0 if quick else 1_000.0
+    watched = {"bench_python": os.getpid(), "kafka_broker": pids.get("kafka"), "redis": pids.get("redis")}
+    watched["spark_jvm"] = spark_jvm_pid(pids.get("kafka"), pids.get("redis"))
+    detached = [pid for pid in (pids.get("kafka"), pids.get("redis")) if pid is not None]
+    resources = Resources({name: pid for name, pid in watched.items() if pid is not None}, detached)
+    run_began = now_ms()
+    bench = Bench(spark, clock, resources, quick)
 
-    def section(name: str, run: Callable[[], dict[str, Any]]) -> None:
+    def section(name: str, run: Callable[[], None]) -> None:
         clock.step(f"{name}: start")
         try:
-            results[name] = run()
+            run()
         except Exception as exc:  # noqa: BLE001 - record it and go on with the next section
             traceback.print_exc()
-            results[name] = {"error": f"{type(exc).__name__}: {exc}"}
+            results.setdefault("errors", []).append(f"{name}: {type(exc).__name__}: {exc}")
         clock.step(f"{name}: done")
         save(results, json_path)
 
+    def live() -> None:
+        def keep(report: LiveReport) -> None:
+            file_live(results, report)
+            save(results, json_path)
+
+        keep(run_rounds(bench, shape, keep))
+
+    def throughput() -> None:
+        tp = run_throughput(bench, backlog, throughput_rounds, 300 if backlog <= 200_000 else 900)
+        profile = results.setdefault("profile", {})
+        profile.setdefault("stages", {})["drain"] = medians_ms(tp.pop("stage_samples"))
+        profile.setdefault("spark_durations_ms", {})["drain"] = _drain_durations(tp["runs"])
+        profile.setdefault("codegen", {})["drain"] = _drain_codegen(tp["runs"])
+        results["throughput"] = tp
+
+    def warm() -> None:
+        results["warm_up"] = warm_up(bench)
+
     try:
-        section(
-            "live", lambda: run_live(spark, LiveShape(rate, 30 if quick else 60, 5 if quick else 30), clock, memory)
-        )
-        section("restart", lambda: run_restart(spark, rate, 15 if quick else 60, 20 if quick else 40, clock))
-        section(
-            "throughput",
-            lambda: run_throughput(
-                spark, 100_000 if quick else 1_000_000, 1 if quick else 2, 240 if quick else 900, clock, memory
-            ),
-        )
+        section("warm-up", warm)
+        section("live", live)
+        section("throughput", throughput)
     finally:
-        memory.stop()
+        run_ended = now_ms()
+        resources.stop()
         spark.stop()
         stack.down()
-    results["memory"] = memory.summary()
+    results["memory"] = resources.summary()
+    sampled = resources.span()
+    if sampled is not None:
+        run_began, run_ended = max(run_began, sampled[0]), min(run_ended, sampled[1])
+    results["machine"]["elsewhere_during_run"] = resources.elsewhere(run_began, run_ended)
     if quick:
         results["memory"]["backlog_1m_catch_up"] = "skipped in QUICK mode"
-    results["throughput_ratio"] = (results.get("throughput") or {}).get("throughput_ratio")
-    live = (results.get("live") or {}).get("latency") or {}
-    steady, during = (live.get("steady") or {}).get("p99_s"), (live.get("during_swap") or {}).get("p99_s")
+    results["throughput_ratio"] = _median((results.get("throughput") or {}).get("throughput_ratio"))
+    live_latency = (results.get("live") or {}).get("latency") or {}
+    steady = (live_latency.get("steady") or {}).get("p99_s")
+    during = (live_latency.get("during_swap") or {}).get("p99_s")
     results["p99_swap_over_steady"] = round(during / steady, 3) if during is not None and steady else None
     results["targets"] = targets(results)
+    results["machine"]["loadavg_after"] = list(os.getloadavg())
     results["elapsed_s"] = round(clock.elapsed(), 1)
     save(results, json_path)
     try:
@@ -106,10 +183,112 @@ def main() -> None:
         traceback.print_exc()
     clock.step(f"wrote {json_path} and {png_path.name}")
     print(table(results))
+    print("largest stage medians:")
+    print(largest_stages(results))
     print(json.dumps(results["targets"], indent=2))
+    return json_path
 
 
-def save(results: dict[str, Any], path: Any) -> None:
+def _median(value: Any) -> Any:
+    return value.get("median") if isinstance(value, dict) else value
+
+
+def file_live(results: dict[str, Any], report: LiveReport) -> None:
+    """The live rounds' report, filed under `latency`, `cost`, `live`, `restart` and `profile`."""
+    by_side: dict[str, dict[str, list[float | None]]] = {}
+    for entry in report.rounds:
+        for side in ("plain_spark", "hotswap"):
+            steady = (entry.get(side) or {}).get("steady") or {}
+            for key in ("p50_s", "p99_s"):
+                by_side.setdefault(side, {}).setdefault(key, []).append(steady.get(key))
+    results["latency"] = {
+        "method": "per round, the result latency of the first windows that start after the first result's window",
+        **{side: {key: spread(values) for key, values in measures.items()} for side, measures in by_side.items()},
+        "rounds": report.rounds,
+    }
+    if report.cost:
+        results["cost"] = {
+            "method": (
+                "CPU seconds of the Spark JVM (with its children) and the driver's Python process per 1,000 events, "
+                "over a measured interval at each rate; the Kafka broker and Redis apart"
+            ),
+            **report.cost,
+        }
+    if report.live is not None:
+        results["live"] = report.live
+    if report.restart is not None:
+        results["restart"] = report.restart
+    if report.errors:
+        results["live_errors"] = report.errors
+    profile = results.setdefault("profile", {})
+    steady_stages = medians_ms(report.stage_samples)
+    profile.setdefault("stages", {})["steady"] = steady_stages
+    profile.setdefault("spark_durations_ms", {})["steady"] = _round_durations(report.rounds)
+    profile.setdefault("codegen", {})["steady"] = _round_codegen(report.rounds)
+
+
+def _combine_durations(entries: list[tuple[str, dict[str, Any]]]) -> dict[str, dict[str, dict[str, float]]]:
+    """(side, {query: {key: median ms}}) per round -> side -> query -> key -> median over rounds."""
+    gathered: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for side, by_query in entries:
+        for query, durations in by_query.items():
+            for key, value in durations.items():
+                gathered.setdefault(side, {}).setdefault(query, {}).setdefault(key, []).append(float(value))
+    return {
+        side: {q: {k: round(statistics.median(v), 1) for k, v in keys.items()} for q, keys in by_query.items()}
+        for side, by_query in gathered.items()
+    }
+
+
+def _round_durations(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    entries = []
+    for entry in rounds:
+        for side in ("plain_spark", "hotswap"):
+            durations = ((entry.get(side) or {}).get("profile") or {}).get("spark_durations_ms")
+            if durations:
+                entries.append((side, durations))
+    return _combine_durations(entries)
+
+
+def _drain_durations(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    entries = [
+        (run["side"], {q: info["batch_durations_ms"] for q, info in (run.get("queries") or {}).items()}) for run in runs
+    ]
+    return _combine_durations(entries)
+
+
+def _sum_codegen(entries: list[tuple[str, dict[str, Any] | None]]) -> dict[str, Any]:
+    totals: dict[str, dict[str, float]] = {}
+    for side, got in entries:
+        if not got:
+            continue
+        total = totals.setdefault(side, {"batches": 0, "compilations": 0, "compile_s": 0.0})
+        for key in total:
+            total[key] += got[key]
+    return {
+        side: {
+            **t,
+            "compile_s": round(t["compile_s"], 3),
+            "compilations_per_batch": round(t["compilations"] / t["batches"], 2) if t["batches"] else None,
+            "compile_ms_per_batch": round(t["compile_s"] * 1000 / t["batches"], 1) if t["batches"] else None,
+        }
+        for side, t in totals.items()
+    }
+
+
+def _round_codegen(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    entries = []
+    for entry in rounds:
+        for side in ("plain_spark", "hotswap"):
+            entries.append((side, ((entry.get(side) or {}).get("profile") or {}).get("codegen")))
+    return _sum_codegen(entries)
+
+
+def _drain_codegen(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return _sum_codegen([(run["side"], run.get("codegen")) for run in runs])
+
+
+def save(results: dict[str, Any], path: Path) -> None:
     path.write_text(json.dumps(results, indent=2, default=str))
 
 

@@ -1,159 +1,205 @@
-"""Section 3: sustained throughput, measured as the drain rate of a pre-loaded backlog.
+"""Throughput: how fast each pipeline drains a pre-loaded backlog, as the slope of rows processed
+against time over the steady part of the drain.
 
-Why a backlog: the generator is Python (json.dumps and kafka-python per event) and tops out near
-the rate we want to measure, so a live search for the highest lag-bounded rate would measure the
-generator. Instead the same seeded events (1,000 keys) are written first, as fast as Kafka takes
-them (that send rate is reported as the generator's own limit), and each side then reads the
-backlog in bounded micro-batches (max_offsets_per_trigger, the same for both). Drain rate = events
-/ (caught up - start of the first batch that read any), a proxy for the highest sustainable rate:
-a pipeline that drains N events in T seconds keeps up with any rate below N / T. The two sides
-alternate: plain Spark, hotswap (and again in full mode).
+One backlog serves every run: `events` seeded events written once, in event-time order, by a Spark
+batch job (fast, and no Python generator to measure by mistake), to one topic that each run reads
+from its start under its own namespace. Runs alternate: plain Spark, hotswap, plain Spark, ...
+
+Rows processed over time are read from the results topic, the same way for both sides: each
+result's Kafka timestamp and the events it counts (`n`), one point per burst of results (a batch's
+write). The slope is fitted over the points between 10 % and 90 % of the rows, so neither the
+start-up before the first batch nor the last windows' close counts. The drain ends, for both sides,
+when the results of the last window the backlog can close are in the topic.
+
+Beside it, from Spark's progress reports read once the drain is over: the same slope per query
+(rows in against batch end; for hotswap the service graph and the execution graph apart), each
+query's median batch durations, and CPU per 1,000 events at saturation.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import SparkSession
-
-from benchmarks.common import KEYS, LATENESS_MS, QUERY, WINDOW_MS, Clock, RowCounter, active_query, settings_for
-from benchmarks.memory import MemorySampler
-from benchmarks.restart import start_plain
+from benchmarks.common import KEYS, LATENESS_MS, QUERY, WINDOW_MS, Bench, emitted_from, settings_for, wait_for
+from benchmarks.measures import batch_points, emission_points, per_thousand, spread, steady_slope
+from benchmarks.pipelines import HotswapPipeline, Pipeline, PlainPipeline
+from benchmarks.profile import (
+    codegen,
+    codegen_per_batch,
+    duration_medians,
+    merge,
+    progress_between,
+    stage_samples,
+)
+from hotswap.contract import stages
 from hotswap.contract.models import now_ms
 from hotswap.contract.settings import Settings
-from hotswap.execution_graph.source import load_query_source
-from hotswap.executor.control.controller import Executor
-from hotswap.executor.control.topics import Topics
-from hotswap.executor.operator.client import Client, redis_client
-from hotswap.executor.tools.generator import GeneratorSpec, produce
-from hotswap.service_sink.progress import parse_spark_time
 
 T0 = 1_700_000_000_000  # a fixed past event time: the backlog is replayed, not live
 EVENT_TIME_RATE = 1_000  # events per second of event time: 10,000 per 10 s window over 1,000 keys
+DISORDER_MS = 500
 
 
-@dataclass
-class Drain:
-    side: str
-    events: int
-    generator_rate: float
-    seconds: float = 0.0
-    rate: float = 0.0
-    series: list[tuple[int, int]] = field(default_factory=list)  # (wall ms, source rows processed)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "side": self.side,
-            "events": self.events,
-            "generator_send_rate": round(self.generator_rate),
-            "drain_s": round(self.seconds, 2),
-            "events_per_s": round(self.rate),
-            "series": self.series,
-        }
-
-
-def preload(settings: Settings, events: int) -> tuple[int, float]:
-    """Write the backlog; returns the caught-up target (the last closable window) and the send rate."""
-    Topics(settings).ensure(settings.source_topic, settings.source_partitions)
-    rate = 1e9  # never pace: send as fast as the producer goes
-    span_s = events / EVENT_TIME_RATE
-    spec = GeneratorSpec(
-        rate=rate, keys=KEYS, seed=1, count=events, disorder_ms=500, time_scale=span_s * rate / events, start_ts=T0
-    )
-    report = produce(settings, spec, settings.source_topic)
-    assert report.last_ts is not None
-    return report.last_ts - LATENESS_MS - WINDOW_MS, report.sent / report.elapsed_s
-
-
-def _drain(drain: Drain, began_ms: int, counter: RowCounter, sample: Any, caught_up: Any, timeout_s: float) -> Drain:
-    deadline = time.monotonic() + timeout_s
-    while not caught_up():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"benchmark: {drain.side} did not drain {drain.events} events in {timeout_s:.0f}s")
-        drain.series.append((now_ms(), sample()))
-        time.sleep(0.5)
-    drain.series.append((now_ms(), sample()))
-    done = now_ms()
-    start = counter.first_input_ms or began_ms
-    drain.seconds = (done - start) / 1000
-    drain.rate = drain.events / drain.seconds
-    return drain
-
-
-def plain_drain(spark: SparkSession, events: int, timeout_s: float, clock: Clock) -> Drain:
-    settings = settings_for("tp-plain")
-    target, gen_rate = preload(settings, events)
-    clock.step(f"throughput: plain Spark; {events:,} events pre-loaded at {gen_rate:,.0f} ev/s; draining")
-    Topics(settings).ensure(settings.sink_topic, 1)
-    began = now_ms()
-    query = start_plain(spark, settings, QUERY, "plain", "earliest")
-    counter = RowCounter()
-
-    def caught_up() -> bool:
-        progress = query.lastProgress
-        watermark = parse_spark_time(progress["eventTime"].get("watermark")) if progress else None
-        return watermark is not None and watermark >= target
-
-    try:
-        return _drain(
-            Drain("plain_spark", events, gen_rate), began, counter, lambda: counter.update(query), caught_up, timeout_s
+def preload(bench: Bench, settings: Settings, events: int) -> tuple[int, float]:
+    """Write the backlog; returns the end of the last window it can close and the write rate."""
+    bench.topics(settings)
+    began = time.monotonic()
+    # One partition, so the events reach Kafka in event-time order (each source partition stays ordered
+    # up to the disorder), as a live source would; keys spread them over the topic's partitions.
+    (
+        bench.spark.range(0, events, 1, 1)
+        .selectExpr(
+            f"concat('k', CAST(pmod(xxhash64(id, 1), {KEYS}) AS STRING)) AS key",
+            "round(CAST(pmod(xxhash64(id, 2), 100000) AS DOUBLE) / 1000, 3) AS value",
+            f"{T0} + id * 1000 DIV {EVENT_TIME_RATE} - pmod(xxhash64(id, 3), {DISORDER_MS}) AS ts",
         )
-    finally:
-        query.stop()
+        .selectExpr("key", "to_json(named_struct('key', key, 'value', value, 'ts', ts)) AS value")
+        .write.format("kafka")
+        .options(**settings.spark_kafka_options())
+        .option("topic", settings.source_topic)
+        .mode("append")  # Kafka may be a DataSource V2 source here (executor/control/spark_session.py)
+        .save()
+    )
+    last_ts = T0 + (events - 1) * 1000 // EVENT_TIME_RATE - DISORDER_MS
+    closable = last_ts - LATENESS_MS
+    return closable - closable % WINDOW_MS, events / (time.monotonic() - began)
 
 
-def hotswap_drain(spark: SparkSession, events: int, timeout_s: float, clock: Clock) -> Drain:
-    settings = settings_for("tp-hotswap")
-    target, gen_rate = preload(settings, events)
-    clock.step(f"throughput: hotswap; {events:,} events pre-loaded at {gen_rate:,.0f} ev/s; draining")
-    client = Client(settings, redis_client(settings))
-    executor = Executor(settings, spark, redis_client(settings))
-    stop = threading.Event()
-    began = now_ms()
-    thread = threading.Thread(target=executor.run, args=(load_query_source(QUERY), stop), daemon=True)
-    thread.start()
-    counter = RowCounter()
-
-    def sample() -> int:
-        # Source rows the service graph has routed: the first stage of hotswap's pipeline.
-        service = active_query(spark, settings.names.service_query)
-        return counter.update(service) if service is not None else sum(counter.rows.values())
-
-    def caught_up() -> bool:
-        # The end of the pipeline: the execution graph committed every window through the target.
-        graph = client.status().graphs.get(QUERY.stem)
-        progress = graph.progress if graph else None
-        return progress is not None and (progress.committed_watermark or 0) >= target
-
-    try:
-        return _drain(Drain("hotswap", events, gen_rate), began, counter, sample, caught_up, timeout_s)
-    finally:
-        stop.set()
-        thread.join(timeout=120)
+def _stage_slopes(progress: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, batches in progress.items():
+        points = batch_points(
+            (b["start_ms"], int(b["durations_ms"].get("triggerExecution", 0)), b["rows"]) for b in batches
+        )
+        out[name] = {
+            "rows_per_s": steady_slope(points)["events_per_s"],
+            "batches": len(batches),
+            "batch_durations_ms": duration_medians(batches),
+        }
+    return out
 
 
-def run_throughput(
-    spark: SparkSession, events: int, rounds: int, timeout_s: float, clock: Clock, memory: MemorySampler
+def drain(
+    bench: Bench, side: str, source_topic: str, events: int, target_end: int, timeout_s: float, phase: str | None = None
 ) -> dict[str, Any]:
-    drains: list[Drain] = []
-    for _ in range(rounds):
-        memory.phase = "throughput_plain"
-        drains.append(plain_drain(spark, events, timeout_s, clock))
-        clock.step(f"throughput: plain Spark drained at {drains[-1].rate:,.0f} ev/s")
-        memory.phase = "throughput_hotswap" if events < 1_000_000 else "backlog_1m_catch_up"
-        drains.append(hotswap_drain(spark, events, timeout_s, clock))
-        clock.step(f"throughput: hotswap drained at {drains[-1].rate:,.0f} ev/s")
-    memory.phase = "idle"
-    plain = max(d.rate for d in drains if d.side == "plain_spark")
-    hot = max(d.rate for d in drains if d.side == "hotswap")
+    settings = settings_for(f"tp-{side}", source_topic=source_topic)
+    bench.topics(settings)
+    watcher = bench.watcher(settings)
+    pipeline: Pipeline = (
+        PlainPipeline(bench.spark, settings, QUERY)
+        if side == "plain_spark"
+        else HotswapPipeline(bench.spark, settings, QUERY)
+    )
+    loaded = "backlog_1m_catch_up" if events >= 1_000_000 else "throughput_hotswap"
+    bench.resources.phase(phase or ("throughput_plain" if side == "plain_spark" else loaded))
+    stages.reset()
+    before = codegen(bench.spark)
+    began = now_ms()
+    try:
+        pipeline.start()
+        wait_for(
+            lambda: any(w[1] >= target_end for w in watcher.windows()),
+            timeout_s,
+            f"{side} results through the backlog's last window",
+        )
+        ended = now_ms()
+        progress = {name: progress_between(q, began, ended) for name, q in pipeline.queries().items()}
+        samples = stage_samples(settings) if side == "hotswap" else {}
+        after = codegen(bench.spark)
+    finally:
+        bench.resources.phase("idle")
+        pipeline.stop()
+        results = emitted_from(watcher.stop())
+    bench.resources.refresh()
+    counted = [e for e in results if e.window_end <= target_end]
+    points = emission_points((e.emit_ms, e.n) for e in counted)
+    slope = steady_slope(points)
+    first_batch = min((b["start_ms"] for batches in progress.values() for b in batches), default=began)
+    last_result = max((e.emit_ms for e in counted), default=ended)
+    rows = sum(e.n for e in counted)
+    cpu: dict[str, float | None] = {}
+    elsewhere: dict[str, float | None] = {}
+    steady_rows = 0
+    if slope["from_ms"] is not None and slope["to_ms"] is not None:
+        cpu = {n: bench.resources.cpu_s(n, slope["from_ms"], slope["to_ms"]) for n in bench.resources.pids}
+        elsewhere = bench.resources.elsewhere(slope["from_ms"], slope["to_ms"])
+        at = dict(points)
+        steady_rows = at[slope["to_ms"]] - at[slope["from_ms"]]
+    work = [cpu.get("spark_jvm"), cpu.get("bench_python")]
+    work_cpu = None if not cpu or any(c is None for c in work) else sum(c for c in work if c is not None)
     return {
-        "method": "drain rate of a pre-loaded backlog (proxy for the highest sustainable rate; see README)",
-        "plain_spark_events_per_s": round(plain),
-        "hotswap_events_per_s": round(hot),
-        "throughput_ratio": round(hot / plain, 3),
-        "generator_send_rate": round(min(d.generator_rate for d in drains)),
-        "runs": [d.as_dict() for d in drains],
+        "side": side,
+        "namespace": settings.namespace,
+        "events_per_s": slope["events_per_s"],
+        "slope": slope,
+        "rows_counted": rows,
+        "end_to_end_s": round((last_result - first_batch) / 1000, 2),
+        "end_to_end_events_per_s": round(rows / ((last_result - first_batch) / 1000))
+        if last_result > first_batch
+        else None,
+        "start_to_first_batch_s": round((first_batch - began) / 1000, 2),
+        "cpu_s_per_1000_events": per_thousand(work_cpu, steady_rows),
+        "cpu_s": cpu,
+        "elsewhere": elsewhere,
+        "queries": _stage_slopes(progress),
+        "codegen": codegen_per_batch(before, after, sum(len(b) for b in progress.values())),
+        "stage_samples": samples,
+        "series": points,
     }
+
+
+def run_throughput(bench: Bench, events: int, rounds: int, timeout_s: float) -> dict[str, Any]:
+    source = settings_for("tp-source")
+    target_end, write_rate = preload(bench, source, events)
+    bench.clock.step(f"throughput: {events:,} events pre-loaded at {write_rate:,.0f} ev/s (Spark batch write)")
+    runs: list[dict[str, Any]] = []
+    per_round: list[tuple[float | None, float | None]] = []
+    samples: dict[str, dict[str, list[float]]] = {}
+    for round_no in range(1, rounds + 1):
+        rates: dict[str, float | None] = {}
+        for side in ("plain_spark", "hotswap"):
+            bench.clock.step(f"throughput round {round_no}: {side} draining")
+            run = drain(bench, side, source.source_topic, events, target_end, timeout_s)
+            run["round"] = round_no
+            merge(samples, run.pop("stage_samples"))
+            runs.append(run)
+            rates[side] = run["events_per_s"]
+            bench.clock.step(
+                f"throughput round {round_no}: {side} {run['events_per_s']} ev/s (slope), "
+                f"{run['end_to_end_s']}s end to end"
+            )
+        per_round.append((rates["plain_spark"], rates["hotswap"]))
+    ratios = [h / p for p, h in per_round if p and h]
+    plain = spread((p for p, _ in per_round), 0)
+    hot = spread((h for _, h in per_round), 0)
+    return {
+        "method": (
+            "slope of events counted by the results against their Kafka timestamps, rows 10-90 % of a "
+            f"pre-loaded backlog of {events:,} events; {rounds} alternating rounds"
+        ),
+        "events": events,
+        "preload_events_per_s": round(write_rate),
+        "plain_spark_events_per_s": plain,
+        "hotswap_events_per_s": hot,
+        "throughput_ratio": spread(ratios),
+        "ratio_of_medians": round(hot["median"] / plain["median"], 3) if plain and hot and plain["median"] else None,
+        "runs": runs,
+        "stage_samples": samples,
+    }
+
+
+def warm_up(bench: Bench, events: int = 40_000) -> dict[str, Any]:
+    """A short drain on each side before anything is measured, so round 1 does not pay for a cold
+    JVM (class loading, JIT, first code generation): in runs without it, round 1 of each side had two
+    to four times the steady latency of the later rounds. Nothing of it counts."""
+    source = settings_for("warm-source")
+    target_end, _ = preload(bench, source, events)
+    began = time.monotonic()
+    out: dict[str, Any] = {"events": events}
+    for side in ("plain_spark", "hotswap"):
+        run = drain(bench, side, source.source_topic, events, target_end, 300, phase="warm_up")
+        out[side] = {"events_per_s": run["events_per_s"], "end_to_end_s": run["end_to_end_s"]}
+    out["seconds"] = round(time.monotonic() - began, 1)
+    bench.resources.phase("idle")
+    return out

@@ -29,6 +29,7 @@ from pyspark.sql import types as T
 from pyspark.sql.streaming.query import StreamingQuery
 from redis.client import Pipeline
 
+from hotswap.contract import stages
 from hotswap.contract.faults import crash_point
 from hotswap.contract.fence import Fence, fenced_write
 from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
@@ -144,22 +145,26 @@ class ServiceGraph:
 
     # -- one micro-batch -------------------------------------------------------------------
     def route_batch(self, batch: DataFrame, batch_id: int) -> None:
-        with self._lock:
+        name = self._settings.names.service_query  # stage timings per query (contract.stages, `make bench`)
+        with self._lock, stages.timed(name, "batch"):
             if self._fence is not None:
                 # A stalled executor that lost its lease, or a flushed Redis, must not route a row.
                 self._fence.verify(self._redis)
-            state = self._load_state()
+            with stages.timed(name, "state_read"):
+                state = self._load_state()
             # Until the first watermark exists, a batch's median event time is computed before it is
             # routed (time_jump_limit): the source rows are cached for that, so Spark reads them once.
             first = state.watermark is None
             if first:
                 batch = batch.persist()
             try:
-                plan = self._plan(batch_id, state, batch)
+                with stages.timed(name, "plan"):
+                    plan = self._plan(batch_id, state, batch)
                 read = self._reading(plan).read(batch)
                 if self._fence is not None:
                     self._fence.verify(self._redis)  # again, right before the first row is written
-                stats = route_and_write(read, plan, self._settings, self._partitions)
+                with stages.timed(name, "route_and_write"):
+                    stats = route_and_write(read, plan, self._settings, self._partitions)
             finally:
                 if first:
                     batch.unpersist()
@@ -169,8 +174,10 @@ class ServiceGraph:
             now = time.monotonic()
             self._idle.rows_seen((str(s.partition) for s in stats.partitions if s.max_event_time is not None), now)
             new_state = self._advance(state, batch_id, stats.partitions, now)
-            self._record(state, new_state, stats)
-            self._after_routing(plan, new_state)
+            with stages.timed(name, "state_write"):
+                self._record(state, new_state, stats)
+            with stages.timed(name, "markers"):
+                self._after_routing(plan, new_state)
 
     def _reading(self, plan: RoutingPlan) -> Reading:
         """How records are read for `plan`: the namespace's source, checked against the schema of the

@@ -1,0 +1,162 @@
+"""How each number of the benchmark is computed from what was sampled: no Spark, Kafka or Redis here,
+so tests/unit/test_bench_numbers.py checks the arithmetic on its own.
+
+- `spread`: the median, min and max of one measure over the rounds.
+- `steady_slope`: throughput as the slope of rows processed against time, fitted by least squares
+  over the middle of the drain (by default the points between 10 % and 90 % of the rows), so the
+  start-up before the first batch and the tail after the last one do not count.
+- `emission_points`: rows accounted for over time, read from the results (each result's Kafka
+  timestamp and the events it counts), one point per burst of results.
+- `change_between` and `per_thousand`: CPU seconds spent (or rows processed) in an interval, from
+  cumulative samples, and the cost per 1,000 events.
+- `swap_phases`: each recorded journal phase's duration and its time against the swap's floor.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+
+def spread(values: Iterable[float | None], digits: int = 3) -> dict[str, Any] | None:
+    """Median, min and max of the values measured (None values are rounds that measured nothing)."""
+    got = [float(v) for v in values if v is not None]
+    if not got:
+        return None
+    return {
+        "median": round(statistics.median(got), digits),
+        "min": round(min(got), digits),
+        "max": round(max(got), digits),
+        "n": len(got),
+    }
+
+
+def fit_slope(points: Sequence[tuple[float, float]]) -> float | None:
+    """Least-squares slope of y against x; None for fewer than two distinct x."""
+    if len(points) < 2:
+        return None
+    mean_x = statistics.fmean(x for x, _ in points)
+    mean_y = statistics.fmean(y for _, y in points)
+    sxx = sum((x - mean_x) ** 2 for x, _ in points)
+    if sxx == 0:
+        return None
+    return sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx
+
+
+MIN_POINTS = 3
+
+
+def steady_slope(points: Sequence[tuple[int, int]], low: float = 0.1, high: float = 0.9) -> dict[str, Any]:
+    """Rows per second over the steady part of a drain.
+
+    `points` are (epoch ms, cumulative rows), in time order. The fit uses the points whose rows lie
+    between `low` and `high` of the total; with fewer than three of them (a drain of few batches) it
+    falls back to every point after the first rows, and says so.
+    """
+    ordered = sorted(points)
+    if not ordered:
+        return {"events_per_s": None, "points": 0, "fit": "none"}
+    total = ordered[-1][1]
+    steady = [(t, r) for t, r in ordered if low * total <= r <= high * total]
+    fit = f"rows {low:.0%}-{high:.0%}"
+    if len(steady) < MIN_POINTS:
+        steady, fit = [(t, r) for t, r in ordered if r > 0], "every point (too few in the middle)"
+    slope = fit_slope([(t / 1000, float(r)) for t, r in steady])
+    return {
+        "events_per_s": None if slope is None else round(slope),
+        "points": len(steady),
+        "fit": fit,
+        "from_ms": steady[0][0] if steady else None,
+        "to_ms": steady[-1][0] if steady else None,
+        "rows": total,
+    }
+
+
+def emission_points(emitted: Iterable[tuple[int, int]], burst_ms: int = 250) -> list[tuple[int, int]]:
+    """(Kafka timestamp ms, events counted) of each result -> (time, cumulative events) per burst.
+
+    A batch writes its results within milliseconds: results less than `burst_ms` after the previous
+    one join its burst, and the burst's point is its last result with everything counted so far.
+    """
+    points: list[tuple[int, int]] = []
+    total = 0
+    last: int | None = None
+    for emit_ms, n in sorted(emitted):
+        total += n
+        if last is not None and emit_ms - last < burst_ms and points:
+            points[-1] = (emit_ms, total)
+        else:
+            points.append((emit_ms, total))
+        last = emit_ms
+    return points
+
+
+def batch_points(batches: Iterable[tuple[int, int, int]]) -> list[tuple[int, int]]:
+    """Spark progress (batch start ms, duration ms, input rows) -> (batch end ms, cumulative rows)."""
+    points: list[tuple[int, int]] = []
+    total = 0
+    for start, duration, rows in sorted(batches):
+        total += rows
+        points.append((start + duration, total))
+    return points
+
+
+def value_at(points: Sequence[tuple[int, float]], t: int) -> float | None:
+    """A cumulative measure at moment `t`, linearly interpolated between the (epoch ms, value) points
+    around it; None when `t` is outside them."""
+    ordered = sorted(points)
+    for (t0, v0), (t1, v1) in itertools.pairwise(ordered):
+        if t0 <= t <= t1:
+            return v0 if t1 == t0 else v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+    return None
+
+
+def change_between(points: Sequence[tuple[int, float]], start_ms: int, end_ms: int) -> float | None:
+    """How much a cumulative measure grew between two moments: CPU seconds from cumulative samples,
+    rows from the cumulative rows at each batch's end; None when the points do not cover both."""
+    a, b = value_at(points, start_ms), value_at(points, end_ms)
+    return None if a is None or b is None else max(0.0, b - a)
+
+
+def per_thousand(cpu_s: float | None, events: int) -> float | None:
+    """CPU seconds per 1,000 events."""
+    if cpu_s is None or events <= 0:
+        return None
+    return round(cpu_s * 1000 / events, 4)
+
+
+def swap_phases(phases: Sequence[tuple[str, int]], cut_window_end: int | None, lateness_ms: int) -> dict[str, Any]:
+    """A swap's recorded phases (name, epoch ms, in journal order) against its floor.
+
+    The floor is the moment the old query's last window can close: W + lateness (event time = wall
+    time in the benchmark); below `floor_s` after `submitted` no swap can complete. Each phase's
+    duration runs from its entry to the next recorded phase; `after_floor_s` says when it was entered,
+    relative to the floor (negative: before it). Phase names come from the journal as recorded, so a
+    phase added later (such as `deploying` or `retiring`) shows up without a change here.
+    """
+    if not phases:
+        return {"phases": [], "total_s": None, "floor_s": None, "overhead_over_floor_s": None}
+    submitted = next((at for name, at in phases if name == "submitted"), phases[0][1])
+    completed = next((at for name, at in phases if name == "completed"), None)
+    floor_at = None if cut_window_end is None else cut_window_end + lateness_ms
+    rows: list[dict[str, Any]] = []
+    for i, (name, at) in enumerate(phases):
+        following = phases[i + 1][1] if i + 1 < len(phases) else None
+        rows.append(
+            {
+                "phase": name,
+                "at_s": round((at - submitted) / 1000, 3),
+                "duration_s": None if following is None else round((following - at) / 1000, 3),
+                "after_floor_s": None if floor_at is None else round((at - floor_at) / 1000, 3),
+            }
+        )
+    total = None if completed is None else (completed - submitted) / 1000
+    floor = None if floor_at is None else (floor_at - submitted) / 1000
+    return {
+        "phases": rows,
+        "total_s": None if total is None else round(total, 3),
+        "floor_s": None if floor is None else round(floor, 3),
+        "overhead_over_floor_s": None if total is None or floor is None else round(total - floor, 3),
+    }

@@ -1,0 +1,154 @@
+"""The two pipelines the benchmark compares, started and stopped the same way.
+
+- `PlainPipeline`: one plain Spark Kafka-to-Kafka query (parse JSON, Spark's own watermark, the
+  reference query, the same ResultWriter hotswap uses): what a user runs without hotswap.
+- `HotswapPipeline`: an executor in this process (the Spark driver's), with the service graph and
+  the execution graphs it runs.
+
+Both write to their namespace's results topic, where the benchmark reads every measure of progress
+(`probe.ResultWatcher`), and both name their Spark queries by role (`plain`, `service`,
+`graph.<query id>`) for the per-stage numbers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Protocol
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+
+from hotswap.contract.settings import Settings
+from hotswap.execution_graph.source import load_query_source
+from hotswap.execution_graph.user_query import apply_query
+from hotswap.executor.control.controller import Executor
+from hotswap.executor.operator.client import Client, redis_client
+from hotswap.service_sink.results import ResultWriter
+
+EXECUTOR_START_S = 300.0
+
+
+class Pipeline(Protocol):
+    side: str
+    settings: Settings
+
+    def start(self) -> None: ...
+
+    def queries(self) -> dict[str, StreamingQuery]: ...
+
+    def stop(self) -> None: ...
+
+
+def plain_events(spark: SparkSession, settings: Settings, starting: str) -> DataFrame:
+    """The source as a plain user would read it: parse JSON, event time, Spark's own watermark."""
+    return (
+        spark.readStream.format("kafka")
+        .options(**settings.spark_kafka_options())
+        .option("subscribe", settings.source_topic)
+        .option("startingOffsets", starting)
+        .option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+        .load()
+        .selectExpr("from_json(CAST(value AS STRING), 'key STRING, value DOUBLE, ts BIGINT') AS e")
+        .selectExpr("e.key AS key", "e.value AS value", "e.ts AS ts", "timestamp_millis(e.ts) AS event_time")
+        .withWatermark("event_time", f"{settings.lateness_ms} milliseconds")
+    )
+
+
+def start_plain(spark: SparkSession, settings: Settings, query: Path, version: str, starting: str) -> StreamingQuery:
+    """One plain query writing through the same ResultWriter hotswap uses (same keys and JSON)."""
+    output = apply_query(spark, plain_events(spark, settings, starting), load_query_source(query))
+    return (
+        output.writeStream.outputMode("append")
+        .queryName(f"plain-{settings.namespace}-{version}")
+        .option("checkpointLocation", str(settings.names.checkpoint_root / f"plain-{version}"))
+        .foreachBatch(ResultWriter(settings, version, ("key",)))
+        .start()
+    )
+
+
+def stop_quietly(query: StreamingQuery) -> None:
+    """stop() interrupts the batch in flight, as a user's restart does; py4j logs that interruption
+    of the Python foreachBatch as an error with a long trace, which is expected here."""
+    py4j_log = logging.getLogger("py4j.clientserver")
+    level = py4j_log.level
+    py4j_log.setLevel(logging.CRITICAL)
+    try:
+        query.stop()
+    finally:
+        py4j_log.setLevel(level)
+
+
+class PlainPipeline:
+    side = "plain_spark"
+
+    def __init__(self, spark: SparkSession, settings: Settings, query: Path, starting: str = "earliest") -> None:
+        self.settings = settings
+        self._spark = spark
+        self._query_path = query
+        self._starting = starting
+        self.query: StreamingQuery | None = None
+
+    def start(self) -> None:
+        self.query = start_plain(self._spark, self.settings, self._query_path, self._query_path.stem, self._starting)
+
+    def queries(self) -> dict[str, StreamingQuery]:
+        return {"plain": self.query} if self.query is not None else {}
+
+    def replace(self, query: Path) -> None:
+        """Stop-and-restart: the new version on a fresh checkpoint, from `latest` offsets."""
+        if self.query is not None:
+            stop_quietly(self.query)
+        self.query = start_plain(self._spark, self.settings, query, query.stem, "latest")
+
+    def stop(self) -> None:
+        if self.query is not None and self.query.isActive:
+            stop_quietly(self.query)
+
+
+class HotswapPipeline:
+    side = "hotswap"
+
+    def __init__(self, spark: SparkSession, settings: Settings, query: Path) -> None:
+        self.settings = settings
+        self._spark = spark
+        self._query_path = query
+        self.client = Client(settings, redis_client(settings))
+        self.executor = Executor(settings, spark, redis_client(settings))
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
+
+    def start(self) -> None:
+        def run() -> None:
+            try:
+                self.executor.run(load_query_source(self._query_path), self._stop)
+            except BaseException as exc:
+                self._failure = exc
+                raise
+
+        self._thread = threading.Thread(target=run, daemon=True, name=f"executor-{self.settings.namespace}")
+        self._thread.start()
+        # Ready once the service graph and the first execution graph run.
+        if not self.executor.ready.wait(EXECUTOR_START_S):
+            raise TimeoutError(f"benchmark: executor not ready within {EXECUTOR_START_S:.0f}s")
+        self.check()
+
+    def check(self) -> None:
+        if self._failure is not None:
+            raise RuntimeError(f"the executor stopped: {type(self._failure).__name__}: {self._failure}")
+
+    def queries(self) -> dict[str, StreamingQuery]:
+        self.check()
+        found: dict[str, StreamingQuery] = {}
+        if self.executor.service.query is not None:
+            found["service"] = self.executor.service.query
+        for query_id, query in self.executor.graphs.runner.running().items():
+            found[f"graph.{query_id}"] = query
+        return found
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=120)
