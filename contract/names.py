@@ -72,8 +72,28 @@ class Keys:
 
     @property
     def counters(self) -> str:
-        """Hash of counters: late_records, dead_letter_records, expired_records."""
+        """Hash of counters: late_records, dead_letter_records, expired_records, results:<query_id>
+        (result rows written per graph)."""
         return f"{self.prefix}:counters"
+
+    @property
+    def result_batches(self) -> str:
+        """Hash: query id -> the last batch whose result rows were counted (a replayed batch is not
+        counted twice)."""
+        return f"{self.prefix}:result-batches"
+
+    @property
+    def dry_runs(self) -> str:
+        """List of dry-run request ids waiting for the executor (`hotswap submit --dry-run`)."""
+        return f"{self.prefix}:dry-runs"
+
+    def dry_run(self, request_id: str) -> str:
+        """A dry-run request (the query), with a time-to-live: it changes nothing else."""
+        return f"{self.prefix}:dry-run:{request_id}"
+
+    def dry_run_plan(self, request_id: str) -> str:
+        """The executor's answer to a dry-run request (DryRunPlan), with a time-to-live."""
+        return f"{self.prefix}:dry-run:{request_id}:plan"
 
 
 @dataclass(frozen=True)

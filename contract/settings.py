@@ -108,6 +108,13 @@ class Settings(BaseSettings):
     log_format: Literal["console", "json"] = "console"
     log_level: str = "info"
 
+    # -- Watching a swap (issue 20): the executor's HTTP endpoint -----------------------------
+    # `/metrics` (Prometheus) and `/` (the dashboard) on this port of the executor; None: not served.
+    # 0 takes any free port (the executor logs which).
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    # Loopback by default: the page shows query texts. 0.0.0.0 serves every interface.
+    metrics_host: str = "127.0.0.1"
+
     @field_validator(
         "window",
         "lateness",

@@ -10,9 +10,11 @@ from __future__ import annotations
 import threading
 import types
 
+import structlog
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
+from hotswap.contract.causes import full_trace, root_cause
 from hotswap.contract.models import QueryKind, QuerySource
 from hotswap.execution_graph.errors import QueryRejected
 
@@ -22,6 +24,8 @@ EVENTS_COLUMNS = ("key", "value", "ts", "event_time")
 # Temp views are per session; the lock keeps two graphs from binding `events` at the same time.
 # The view is resolved when spark.sql() analyses the text, so replacing it later is harmless.
 _view_lock = threading.Lock()
+
+log = structlog.get_logger(__name__)
 
 
 def apply_query(spark: SparkSession, events: DataFrame, source: QuerySource) -> DataFrame:
@@ -62,5 +66,17 @@ def _apply_python(events: DataFrame, source: QuerySource) -> DataFrame:
 
 
 def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    """The one-line reason of a failure: its root cause (contract.causes), never a py4j or Python
+    Proxy wrapper. The whole chain goes to the debug log, once per failure."""
+    cause = root_cause(exc)
+    if id(exc) not in _traced:
+        _traced.append(id(exc))
+        del _traced[:-_TRACED_KEPT]
+        log.debug("failure trace", cause=cause, trace=full_trace(exc))
+    return cause
+
+
+# Ids of the failures whose trace went to the debug log already: a dead query's failure is read on
+# every tick until it is restarted, and its trace is worth one line, not one per tick.
+_TRACED_KEPT = 64
+_traced: list[int] = []

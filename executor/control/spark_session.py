@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import structlog
 from pyspark.sql import SparkSession
@@ -41,10 +42,37 @@ _DEFAULT_CONF = {
     "spark.sql.streaming.ui.retainedProgressUpdates": "20",
     # hotswap needs neither pandas nor pyarrow; plain Python UDFs (in user .py queries) stay plain.
     "spark.sql.execution.pythonUDF.arrow.enabled": "false",
-    # A larger thread stack: Spark matches long Python tracebacks (a foreachBatch interrupted by
-    # stop()) with a recursive regex that overflows the default 1 MB stack.
-    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -Xss16m",
 }
+# A larger thread stack: Spark matches long Python tracebacks (a foreachBatch interrupted by
+# stop()) with a recursive regex that overflows the default 1 MB stack. The log4j2 configuration
+# is hotswap's (SPARK_LOG4J2 below), written under home.
+_DRIVER_JAVA_OPTIONS = "-XX:+UseSerialGC -Xss16m -Dlog4j2.configurationFile={log4j2}"
+
+# The driver's log4j2 configuration: Spark's console format on stderr, with two lines that every
+# planned swap would print kept off the console (README, "Logs"):
+# - "Uncaught exception in thread executor-heartbeater" (a NullPointerException): a local-mode
+#   executor reporting the metrics of a task that stop() just killed. Nothing is wrong, and the
+#   heartbeat runs again a few seconds later.
+# - NativeCodeLoader's warning that Hadoop's native library is missing (the Java code is used).
+# Every other line passes, at the level `spark_log_level` sets.
+SPARK_LOG4J2 = """\
+# Written by hotswap (executor/control/spark_session.py); changes are overwritten at the next start.
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+appender.console.filter.heartbeat.type = RegexFilter
+appender.console.filter.heartbeat.regex = .*Uncaught exception in thread executor-heartbeater.*
+appender.console.filter.heartbeat.onMatch = DENY
+appender.console.filter.heartbeat.onMismatch = NEUTRAL
+logger.native.name = org.apache.hadoop.util.NativeCodeLoader
+logger.native.level = error
+logger.jetty.name = org.sparkproject.jetty
+logger.jetty.level = warn
+"""
 
 # Only in local mode: on a cluster, executors on other machines must reach the driver at an address
 # they can route to, which Spark finds itself (or SPARK_LOCAL_IP / spark.driver.host say).
@@ -84,10 +112,16 @@ def check_spark_target(settings: Settings) -> None:
             raise SparkConnectUnsupported(_CONNECT_REFUSED.format(target=f"{origin} {value}"))
 
 
+def log4j2_file(settings: Settings) -> Path:
+    """Where the driver's log4j2 configuration is written (SPARK_LOG4J2)."""
+    return (settings.home / "spark-log4j2.properties").expanduser().resolve()
+
+
 def session_conf(settings: Settings) -> dict[str, str]:
     """Every Spark conf the session is built with, settings' own last."""
     return {
         **_DEFAULT_CONF,
+        "spark.driver.extraJavaOptions": _DRIVER_JAVA_OPTIONS.format(log4j2=log4j2_file(settings)),
         **(_LOCAL_CONF if is_local_master(settings.spark_master) else {}),
         "spark.driver.memory": settings.spark_driver_memory,
         **connector_conf(settings),
@@ -118,6 +152,9 @@ def build_spark_session(settings: Settings) -> SparkSession:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if is_local_master(settings.spark_master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    log4j2 = log4j2_file(settings)
+    log4j2.parent.mkdir(parents=True, exist_ok=True)
+    log4j2.write_text(SPARK_LOG4J2)
     builder = SparkSession.builder.master(settings.spark_master).appName(f"hotswap-{settings.namespace}")
     for key, value in session_conf(settings).items():
         builder = builder.config(key, value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -13,11 +14,16 @@ import typer
 from hotswap.contract.settings import Settings, load_settings
 from hotswap.executor.logs import configure_logging
 from hotswap.executor.operator.failures import operator_errors
-from hotswap.executor.operator.render import console, iso, render_status
+from hotswap.executor.operator.render import console, iso, render_history, render_plan, render_status
 from hotswap.executor.operator.stack_cli import stack_app
 
+EXIT_CODES = (
+    "Exit codes: 0 success; 1 a failure named in one line on stderr (a rejected query, a failed or timed-out "
+    "swap, Redis or Kafka unreachable); 2 a usage error (an unknown option, a missing argument)."
+)
+
 app = typer.Typer(
-    help="Replace a running Spark Structured Streaming query live.",
+    help=f"Replace a running Spark Structured Streaming query live.\n\n{EXIT_CODES}",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -90,8 +96,19 @@ def run(
         ),
     ] = False,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask before --reset-namespace.")] = False,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(help="Serve Prometheus metrics (/metrics) and the dashboard (/) on this port; 0: any free port."),
+    ] = None,
+    metrics_host: Annotated[
+        str | None, typer.Option(help="Address the metrics and dashboard listen on (default 127.0.0.1).")
+    ] = None,
 ) -> None:
-    """Run the executor in the foreground (Ctrl-C stops it; a restart resumes)."""
+    """Run the executor in the foreground (Ctrl-C stops it; a restart resumes).
+
+    Exit codes: 0 stopped on Ctrl-C or SIGTERM; 1 a failure named in one line (lease held by another executor,
+    lost lease or control state, the service graph failing for good, a port or setting refused); 2 a usage error.
+    """
     from hotswap.contract.names import Keys
     from hotswap.execution_graph.source import load_query_source
     from hotswap.executor.control.controller import Executor
@@ -110,6 +127,8 @@ def run(
         lease_wait=lease_wait,
         spark_master=spark_master,
         spark_remote=spark_remote,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
     )
     check_spark_target(settings)  # before the lease or Redis: a target that cannot work changes nothing
     source = load_query_source(query, name)
@@ -135,10 +154,31 @@ def run(
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    executor = Executor(settings, spark, client)
+    monitor = start_monitor(settings, spark, executor) if settings.metrics_port is not None else None
     try:
-        Executor(settings, spark, client).run(source, stop)
+        executor.run(source, stop)
     finally:
+        if monitor is not None:
+            monitor.stop()
         spark.stop()
+
+
+def start_monitor(settings: Settings, spark: Any, executor: Any) -> Any:
+    """The executor's metrics and dashboard endpoint (executor/operator/web.py), started."""
+    from hotswap.execution_graph.graph import events_stream
+    from hotswap.executor.control.dry_run import schema_ddl
+    from hotswap.executor.operator.client import Client, redis_client
+    from hotswap.executor.operator.web import MonitorServer, spark_queries
+
+    events = events_stream(spark, settings, settings.names.graph_topic("validation"))
+    return MonitorServer(
+        settings,
+        Client(settings, redis_client(settings)),
+        lease=executor.lease,
+        queries=spark_queries(spark),
+        default_schema=schema_ddl(events.schema),
+    ).start()
 
 
 # -- submit / abort / status --------------------------------------------------------------------
@@ -154,17 +194,48 @@ def submit(
         str | None,
         typer.Option(help="Fix forward the swap with this id, whose new query failed for good after its cut."),
     ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Validate against the running query and print the plan (window, groups, schema, the cut W it "
+            "would take now and its floor, the queue ahead); change nothing.",
+        ),
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the swap record (or the dry run's plan) as JSON.")
+    ] = False,
     namespace: NamespaceOpt = None,
 ) -> None:
-    """Submit a replacement query. Prints the swap id; a rejected query prints the reason."""
+    """Submit a replacement query. Prints the swap id; a rejected query prints the reason.
+
+    Exit codes: 0 validated and queued (with --wait: completed; with --dry-run: it would be accepted); 1 rejected,
+    failed, timed out, or no executor answering (the reason in one line on stderr; with --dry-run --json the plan
+    still goes to stdout); 2 a usage error.
+    """
     from hotswap.executor.operator.client import Client
 
     client = Client(ctx.obj.settings(namespace=namespace))
+    if dry_run:
+        plan = client.dry_run(file, name, timeout)
+        if as_json:
+            typer.echo(plan.model_dump_json(indent=2))
+        else:
+            render_plan(plan)
+        if not plan.valid:
+            typer.echo(f"hotswap: rejected: {plan.reason}", err=True)
+            raise typer.Exit(1)
+        return
     swap = client.submit(file, name, fix=fix)
-    typer.echo(swap.id)
+    if not as_json:
+        typer.echo(swap.id)
     if wait:
         done = client.wait_until_done(swap.id, timeout)
-        typer.echo(f"completed: {done.from_query} -> {done.to_query}, cut at {iso(done.cut_window_end)}", err=True)
+        if not as_json:
+            typer.echo(f"completed: {done.from_query} -> {done.to_query}, cut at {iso(done.cut_window_end)}", err=True)
+        swap = done
+    if as_json:
+        typer.echo(swap.model_dump_json(indent=2))
 
 
 @app.command()
@@ -210,16 +281,58 @@ def rollback(
 def status(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print the status document as JSON.")] = False,
+    watch_: Annotated[
+        bool,
+        typer.Option(
+            "--watch",
+            help="A live view, redrawn every --interval until Ctrl-C: rates, partitions, the swap in progress with "
+            "each phase and progress bars, counts.",
+        ),
+    ] = False,
+    interval: Annotated[float, typer.Option(help="Seconds between redraws with --watch.", min=0.1)] = 0.5,
     namespace: NamespaceOpt = None,
 ) -> None:
-    """The current query, swaps with their phases, the service graph's windows and watermark."""
+    """The current query, swaps with their phases, the service graph's windows and watermark.
+
+    Exit codes: 0 printed (--watch: ended with Ctrl-C); 1 Redis unreachable (one line on stderr); 2 a usage error.
+    """
     from hotswap.executor.operator.client import Client
 
-    doc = Client(ctx.obj.settings(namespace=namespace)).status()
+    settings = ctx.obj.settings(namespace=namespace)
+    client = Client(settings)
+    if watch_:
+        from hotswap.executor.operator.watch import watch
+
+        watch(client, settings, console, interval)
+        return
+    doc = client.status()
     if as_json:
         typer.echo(doc.model_dump_json(indent=2))
         return
     render_status(doc)
+
+
+@app.command()
+@operator_errors
+def history(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the history as a JSON list.")] = False,
+    limit: Annotated[int | None, typer.Option(help="Only the newest N swaps.", min=1)] = None,
+    namespace: NamespaceOpt = None,
+) -> None:
+    """Past swaps, newest first: each phase's duration, W, the outcome, and a failure's reason and reason code.
+
+    Exit codes: 0 printed; 1 Redis unreachable (one line on stderr); 2 a usage error.
+    """
+    from hotswap.contract.models import now_ms
+    from hotswap.executor.operator.client import Client
+    from hotswap.executor.operator.history import history as swap_history
+
+    entries = swap_history(Client(ctx.obj.settings(namespace=namespace)).status(), now_ms(), limit)
+    if as_json:
+        typer.echo(json.dumps([e.model_dump(mode="json") for e in entries], indent=2))
+        return
+    render_history(entries)
 
 
 # -- generate / demo ----------------------------------------------------------------------------

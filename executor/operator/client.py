@@ -15,6 +15,7 @@ from hotswap.contract.errors import ConfigError, TimeoutExpired
 from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
 from hotswap.contract.models import ExecutorPhase, ExecutorRecord, GraphProgress, GraphRecord, GraphState
 from hotswap.contract.names import Keys
+from hotswap.contract.plans import DRY_RUN_TTL_S, DryRunPlan, DryRunRequest
 from hotswap.contract.records import read_counters, read_current, read_graphs, read_progress, read_service_state
 from hotswap.contract.settings import Settings
 from hotswap.contract.status import (
@@ -243,6 +244,46 @@ class Client:
             late_records=counters.get("late_records", 0),
             dead_letter_records=counters.get("dead_letter_records", 0),
             expired_records=counters.get("expired_records", 0),
+        )
+
+    # -- what the live view, history and dry runs read (issue 20) ------------------------------
+    def counters(self) -> dict[str, int]:
+        """The namespace's cumulative counters (late, dead-letter, expired, routed:<q>, results:<q>...)."""
+        return read_counters(self._redis, self._keys)
+
+    def graph_records(self) -> dict[str, GraphRecord]:
+        return read_graphs(self._redis, self._keys)
+
+    def progress(self, query_id: str) -> GraphProgress | None:
+        return read_progress(self._redis, self._keys, query_id)
+
+    def dry_run(self, path: Path, name: str | None = None, timeout_s: float = 120.0) -> DryRunPlan:
+        """Ask the executor what a submit of this query would do now; changes nothing.
+
+        The request and its answer live in Redis with a time-to-live (contract.plans)."""
+        source = load_query_source(path, name)
+        if not self._redis.exists(self._keys.lease):
+            raise ExecutorError(
+                f"no executor is running on namespace {self.settings.namespace!r}; a dry run needs one "
+                "(it validates with Spark): start it with `hotswap run`"
+            )
+        request = DryRunRequest(id=uuid.uuid4().hex[:10], source=source)
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.set(self._keys.dry_run(request.id), request.model_dump_json(), ex=DRY_RUN_TTL_S)
+        pipe.lpush(self._keys.dry_runs, request.id)
+        pipe.expire(self._keys.dry_runs, DRY_RUN_TTL_S)
+        pipe.execute()
+        deadline = time.monotonic() + min(timeout_s, DRY_RUN_TTL_S)
+        while time.monotonic() < deadline:
+            raw = self._redis.get(self._keys.dry_run_plan(request.id))
+            if raw is not None:
+                self._redis.delete(self._keys.dry_run_plan(request.id))
+                return DryRunPlan.model_validate_json(raw)
+            time.sleep(0.3)
+        self._redis.delete(self._keys.dry_run(request.id))
+        raise TimeoutExpired(
+            f"the executor did not answer the dry run within {min(timeout_s, DRY_RUN_TTL_S):.0f}s; "
+            "see its log, and `hotswap status`"
         )
 
 

@@ -8,8 +8,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from hotswap.contract.plans import DryRunPlan
 from hotswap.contract.settings import Settings
 from hotswap.contract.status import Status
+from hotswap.contract.windows import format_duration_ms
+from hotswap.executor.operator.history import SwapHistory
 
 console = Console()
 
@@ -61,6 +64,49 @@ def render_status(doc: Status) -> None:
     )
     if owners:
         console.print(f"[bold]windows by version[/] (window end after .. through) {owners}", soft_wrap=True)
+
+
+def render_history(entries: list[SwapHistory]) -> None:
+    if not entries:
+        console.print("no swaps yet")
+        return
+    table = Table("swap", "from -> to", "outcome", "W", "submitted", "took", "phases (seconds in each)", "reason")
+    for e in entries:
+        spans = " > ".join(f"{p.name}" + ("" if p.seconds is None else f" {p.seconds:.1f}") for p in e.phases)
+        reason = (e.error or "") + (f" [{e.reason_code}]" if e.reason_code else "")
+        table.add_row(
+            e.id,
+            f"{e.from_query or '?'} -> {e.to_query}",
+            e.state if e.ended else f"{e.state} (running)",
+            iso(e.cut_window_end)[11:] if e.cut_window_end is not None else "-",
+            iso(e.submitted_at),
+            "-" if e.seconds is None else f"{e.seconds:.1f} s",
+            spans,
+            reason,
+        )
+    console.print(table)
+
+
+def render_plan(plan: DryRunPlan) -> None:
+    """A dry run's plan, in a few lines (the JSON form has every field)."""
+    console.print(f"[bold]dry run of {plan.query}[/]: {'would be accepted' if plan.valid else 'would be rejected'}")
+    if not plan.valid:
+        return
+    window = format_duration_ms(plan.window_ms) if plan.window_ms else "?"
+    slide = f", sliding every {format_duration_ms(plan.slide_ms)}" if plan.slide_ms else ""
+    console.print(f"  window {window}{slide}; group columns {', '.join(plan.group_columns) or '-'}", soft_wrap=True)
+    console.print(f"  reads {plan.schema_ddl or '?'}", soft_wrap=True)
+    old = f" ({format_duration_ms(plan.replaces_window_ms)} windows)" if plan.replaces_window_ms else ""
+    console.print(f"  replaces {plan.replaces or '-'}{old}")
+    if plan.cut_window_end is not None:
+        console.print(
+            f"  a cut now would take W = {iso(plan.cut_window_end)} (event time); it cannot complete before the "
+            f"service watermark passes W + lateness = {iso(plan.floor)}"
+        )
+    else:
+        console.print("  no cut yet: the service graph has routed no row")
+    console.print(f"  ahead in the queue: {', '.join(plan.ahead) if plan.ahead else 'nothing'}")
+    console.print("  nothing was changed")
 
 
 def print_stack(settings: Settings, statuses: list[Any]) -> None:
