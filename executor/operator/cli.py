@@ -155,30 +155,17 @@ def run(
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     executor = Executor(settings, spark, client)
-    monitor = start_monitor(settings, spark, executor) if settings.metrics_port is not None else None
+    monitor = None
+    if settings.metrics_port is not None:
+        from hotswap.executor.operator.web import start_monitor
+
+        monitor = start_monitor(settings, spark, executor)
     try:
         executor.run(source, stop)
     finally:
         if monitor is not None:
             monitor.stop()
         spark.stop()
-
-
-def start_monitor(settings: Settings, spark: Any, executor: Any) -> Any:
-    """The executor's metrics and dashboard endpoint (executor/operator/web.py), started."""
-    from hotswap.execution_graph.graph import events_stream
-    from hotswap.executor.control.dry_run import schema_ddl
-    from hotswap.executor.operator.client import Client, redis_client
-    from hotswap.executor.operator.web import MonitorServer, spark_queries
-
-    events = events_stream(spark, settings, settings.names.graph_topic("validation"))
-    return MonitorServer(
-        settings,
-        Client(settings, redis_client(settings)),
-        lease=executor.lease,
-        queries=spark_queries(spark),
-        default_schema=schema_ddl(events.schema),
-    ).start()
 
 
 # -- submit / abort / status --------------------------------------------------------------------
@@ -387,6 +374,9 @@ def demo(
     replacement: Annotated[Path, typer.Option(help="Query to swap in.")] = Path("examples/max_per_key_30s.sql"),
     query: Annotated[Path, typer.Option(help="Initial query.")] = Path("examples/count_per_key.sql"),
     keep_stack: Annotated[bool, typer.Option(help="Leave the stack running afterwards.")] = False,
+    metrics_port: Annotated[
+        int, typer.Option(help="Port of the dashboard and /metrics (any free port if it is taken).")
+    ] = 9464,
     attach: Annotated[
         bool,
         typer.Option(
@@ -402,7 +392,7 @@ def demo(
     if attach:
         ok = run_attached_demo(ctx.obj, console, replacement, duration, swap_after)
     else:
-        ok = run_demo(ctx.obj, console, query, replacement, duration, swap_after, keep_stack)
+        ok = run_demo(ctx.obj, console, query, replacement, duration, swap_after, keep_stack, metrics_port)
     raise typer.Exit(0 if ok else 1)
 
 

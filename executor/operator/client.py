@@ -247,6 +247,9 @@ class Client:
         )
 
     # -- what the live view, history and dry runs read (issue 20) ------------------------------
+    def close(self) -> None:
+        self._redis.close()
+
     def counters(self) -> dict[str, int]:
         """The namespace's cumulative counters (late, dead-letter, expired, routed:<q>, results:<q>...)."""
         return read_counters(self._redis, self._keys)

@@ -14,7 +14,7 @@ durations and times (epoch seconds for watermarks).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import structlog
@@ -237,10 +237,10 @@ class QueryProgress(Protocol):
     def name(self) -> str | None: ...
 
     @property
-    def lastProgress(self) -> dict[str, Any] | None: ...
+    def lastProgress(self) -> Mapping[str, Any] | None: ...
 
     @property
-    def recentProgress(self) -> list[dict[str, Any]]: ...
+    def recentProgress(self) -> Sequence[Mapping[str, Any]]: ...
 
 
 class BatchDurations:

@@ -66,9 +66,9 @@ def render_status(doc: Status) -> None:
         console.print(f"[bold]windows by version[/] (window end after .. through) {owners}", soft_wrap=True)
 
 
-def render_history(entries: list[SwapHistory]) -> None:
+def render_history(entries: list[SwapHistory], out: Console = console) -> None:
     if not entries:
-        console.print("no swaps yet")
+        out.print("no swaps yet")
         return
     table = Table("swap", "from -> to", "outcome", "W", "submitted", "took", "phases (seconds in each)", "reason")
     for e in entries:
@@ -84,7 +84,7 @@ def render_history(entries: list[SwapHistory]) -> None:
             spans,
             reason,
         )
-    console.print(table)
+    out.print(table)
 
 
 def render_plan(plan: DryRunPlan) -> None:

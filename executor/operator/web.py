@@ -16,13 +16,17 @@ from typing import Any
 import redis
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pyspark.sql import SparkSession
 
 from hotswap.contract.errors import ConfigError
 from hotswap.contract.settings import Settings
-from hotswap.executor.operator.client import Client
+from hotswap.execution_graph.graph import events_stream
+from hotswap.executor.control.controller import Executor
+from hotswap.executor.control.dry_run import schema_ddl
+from hotswap.executor.operator.client import Client, redis_client
 from hotswap.executor.operator.dashboard import fragment, page
 from hotswap.executor.operator.history import history
-from hotswap.executor.operator.metrics import BatchDurations, LeaseCounts, QueryProgress, metrics_registry
+from hotswap.executor.operator.metrics import LeaseCounts, QueryProgress, metrics_registry
 from hotswap.executor.operator.observe import Rates, Snapshot, rates, take_snapshot
 
 log = structlog.get_logger(__name__)
@@ -160,9 +164,18 @@ class MonitorServer:
         return None
 
 
-def spark_queries(spark: Any) -> Callable[[], Iterable[QueryProgress]]:
+def spark_queries(spark: SparkSession) -> Callable[[], Iterable[QueryProgress]]:
     """The session's active streaming queries, for the micro-batch durations."""
     return lambda: list(spark.streams.active)
 
 
-__all__ = ["BatchDurations", "MonitorServer", "Observer", "spark_queries"]
+def start_monitor(settings: Settings, spark: SparkSession, executor: Executor) -> MonitorServer:
+    """The endpoint of an executor about to run: its metrics, its dashboard."""
+    events = events_stream(spark, settings, settings.names.graph_topic("validation"))
+    return MonitorServer(
+        settings,
+        Client(settings, redis_client(settings)),
+        lease=executor.lease,
+        queries=spark_queries(spark),
+        default_schema=schema_ddl(events.schema),
+    ).start()
