@@ -86,7 +86,9 @@ class MonitorServer:
                 "choose another --metrics-port (0 takes any free port)"
             ) from exc
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="hotswap-web", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="hotswap-web", daemon=True
+        )
 
     @property
     def port(self) -> int:
