@@ -106,6 +106,7 @@ def test_a_swap_shows_in_the_live_view_metrics_dashboard_and_history_and_prints_
         cwd=REPO,
     )
     spec = GeneratorSpec(rate=300, keys=3, seed=20, disorder_ms=300, time_scale=10, start_ts=T0)
+    after_poison: int | None = None  # where the executor's console stood once the poisoned query had failed
     try:
         with continuous_load(settings, spec):
             executor.wait_serving(control, Keys(settings.namespace))
@@ -193,11 +194,17 @@ def test_a_swap_shows_in_the_live_view_metrics_dashboard_and_history_and_prints_
             ]
             assert any("execution graph failed" in line for line in logged), logged
             assert not any("Python Proxy" in line for line in logged), logged
+            after_poison = len(executor.log_path.read_bytes())
     finally:
         watch.send_signal(signal.SIGINT)
         watch_rc = watch.wait(timeout=30)
         watch_out.close()
         executor.stop()
+    # Stopping the executor (its queries, the retired graphs' writers, Spark) printed no error either.
+    assert after_poison is not None
+    shutdown = executor.log_path.read_bytes()[after_poison:].decode(errors="replace")
+    for noise in ("Traceback", " ERROR ", "Exception"):
+        assert noise not in shutdown, f"{noise!r} while the executor stopped:\n{shutdown[-4000:]}"
     frames = (tmp_path / "watch.txt").read_text()
     assert watch_rc == 0, frames[-3000:]
     assert "Traceback" not in frames
