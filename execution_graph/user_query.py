@@ -69,14 +69,14 @@ def first_line(exc: BaseException) -> str:
     """The one-line reason of a failure: its root cause (contract.causes), never a py4j or Python
     Proxy wrapper. The whole chain goes to the debug log, once per failure."""
     cause = root_cause(exc)
-    if id(exc) not in _traced:
-        _traced.append(id(exc))
+    if cause not in _traced:
+        _traced.append(cause)
         del _traced[:-_TRACED_KEPT]
         log.debug("failure trace", cause=cause, trace=full_trace(exc))
     return cause
 
 
-# Ids of the failures whose trace went to the debug log already: a dead query's failure is read on
-# every tick until it is restarted, and its trace is worth one line, not one per tick.
+# Failures whose trace went to the debug log already: a dead query's failure is read again on every
+# tick until it is restarted, and its trace is worth one entry, not one per tick.
 _TRACED_KEPT = 64
-_traced: list[int] = []
+_traced: list[str] = []
