@@ -72,15 +72,8 @@ class Keys:
 
     @property
     def counters(self) -> str:
-        """Hash of counters: late_records, dead_letter_records, expired_records, results:<query_id>
-        (result rows written per graph)."""
+        """Hash of counters: late_records, dead_letter_records, expired_records."""
         return f"{self.prefix}:counters"
-
-    @property
-    def result_batches(self) -> str:
-        """Hash: query id -> the last batch whose result rows were counted (a replayed batch is not
-        counted twice)."""
-        return f"{self.prefix}:result-batches"
 
     @property
     def dry_runs(self) -> str:

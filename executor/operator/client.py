@@ -251,7 +251,7 @@ class Client:
         self._redis.close()
 
     def counters(self) -> dict[str, int]:
-        """The namespace's cumulative counters (late, dead-letter, expired, routed:<q>, results:<q>...)."""
+        """The namespace's cumulative counters (late, dead-letter, expired, routed:<q>, dead_letter:<reason>)."""
         return read_counters(self._redis, self._keys)
 
     def graph_records(self) -> dict[str, GraphRecord]:

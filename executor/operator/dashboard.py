@@ -117,7 +117,11 @@ def _counts(snap: Snapshot, rates: Rates) -> str:
     rows = [
         ("source rows read", f"{snap.source_read:,}", rate(rates.source_read)),
         ("rows routed", f"{sum(snap.per_query('routed:').values()):,}", rate(rates.routed_total)),
-        ("results written", f"{sum(snap.per_query('results:').values()):,}", rate(rates.results_total)),
+        (
+            "results written",
+            "-" if snap.results_written is None else f"{snap.results_written:,}",
+            rate(rates.results),
+        ),
         ("late records", f"{status.late_records:,}", ""),
         ("dead-letter records", f"{status.dead_letter_records:,}", ""),
         ("expired records", f"{status.expired_records:,}", ""),

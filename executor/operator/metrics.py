@@ -3,8 +3,9 @@
 A custom collector builds every swap and pipeline metric at scrape time from the journal and the
 control state in Redis (observe.take_snapshot), so the metrics keep no second truth: a counter is
 a count of journal entries or a counter Redis holds, a phase duration is the time between two
-journal entries. Two things live only in the executor's process, and are read from there: the
-lease's renewals (the heartbeat counts them) and each Spark query's micro-batch durations (its
+journal entries. Results written are Kafka's count (the results topic's end offsets, see
+observe.py). Two things live only in the executor's process, and are read from there: the lease's
+renewals (the heartbeat counts them) and each Spark query's micro-batch durations (its
 `lastProgress`, polled by `BatchDurations`).
 
 Names follow Prometheus conventions: a `hotswap_` prefix, `_total` for counters, `_seconds` for
@@ -24,7 +25,7 @@ from prometheus_client.registry import Collector
 
 from hotswap.contract.journal import SwapPhase
 from hotswap.contract.models import ExecutorPhase
-from hotswap.executor.operator.observe import RESULTS, ROUTED, Snapshot
+from hotswap.executor.operator.observe import ROUTED, Snapshot
 
 log = structlog.get_logger(__name__)
 
@@ -159,12 +160,13 @@ class SwapCollector(Collector):
         for query_id, n in sorted(snap.per_query(ROUTED).items()):
             routed.add_metric([query_id], n)
         yield routed
-        results = CounterMetricFamily(
-            "hotswap_results", "Result rows each execution graph wrote to the sink.", labels=["query_id"]
-        )
-        for query_id, n in sorted(snap.per_query(RESULTS).items()):
-            results.add_metric([query_id], n)
-        yield results
+        if snap.results_written is not None:
+            yield CounterMetricFamily(
+                "hotswap_results_written",
+                "Records in the results topic (the sum of its end offsets; a batch replayed after a crash counts "
+                "again).",
+                value=snap.results_written,
+            )
         yield CounterMetricFamily(
             "hotswap_source_records_read", "Source rows the service graph has read.", value=snap.source_read
         )

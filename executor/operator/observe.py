@@ -1,8 +1,16 @@
 """What the live view, the dashboard and the metrics read: one snapshot of the namespace's control
-state (the status document, the counters, the graph records), and rates between two snapshots.
+state (the status document, the counters, the graph records) and of Kafka's positions (the end of
+the results topic, the rows waiting in each graph's topic), and rates between two snapshots.
 
-Nothing here is stored: every view derives from the journal and the control state in Redis, so
-none of them keeps a second truth. Rates are differences of the cumulative counters.
+Nothing here is stored: every view derives from the journal and the control state in Redis, and
+from Kafka's own offsets, so none of them keeps a second truth. Rates are differences of
+cumulative counts.
+
+Results written are read from Kafka: the sum of the results topic's end offsets. Counting them
+where they are written would cost each result batch a second Spark job (a `foreachBatch` write
+to Kafka reports no row count, and an observed metric never completes on that write path). The
+offsets cost one request per snapshot; a batch that Spark replays after a crash writes its rows
+again and is counted again, which only a crash causes.
 """
 
 from __future__ import annotations
@@ -17,7 +25,6 @@ from hotswap.contract.status import Status, SwapStatus
 from hotswap.executor.operator.client import Client
 
 ROUTED = "routed:"  # counters hash: rows the service graph routed to each graph (cumulative)
-RESULTS = "results:"  # counters hash: result rows each graph wrote (service_sink.results)
 DEAD_LETTER = "dead_letter:"  # counters hash: dead-lettered rows by reason code
 UNCLASSIFIED = "unclassified"  # dead letters counted before reasons were (their total minus the reasons')
 
@@ -30,8 +37,10 @@ class Snapshot:
     at_ms: int  # wall clock, for elapsed times shown to people
     taken_s: float  # monotonic, for rates
     # Rows waiting in each running graph's topic (its end offset minus the graph's last read
-    # offset), when a Kafka client was given; absent otherwise.
+    # offset), when Kafka was read; absent otherwise.
     backlog: dict[str, int] = field(default_factory=dict)
+    # Records in the results topic (the sum of its end offsets), when Kafka was read.
+    results_written: int | None = None
     # The schema a query reads when its record does not say (the executor's `events` schema).
     default_schema: str | None = None
 
@@ -71,16 +80,12 @@ class Rates:
     """Per second, between two snapshots; empty before the second one."""
 
     routed: dict[str, float] = field(default_factory=dict)
-    results: dict[str, float] = field(default_factory=dict)
+    results: float | None = None
     source_read: float | None = None
 
     @property
     def routed_total(self) -> float | None:
         return sum(self.routed.values()) if self.routed else None
-
-    @property
-    def results_total(self) -> float | None:
-        return sum(self.results.values()) if self.results else None
 
 
 def rates(before: Snapshot | None, after: Snapshot) -> Rates:
@@ -88,13 +93,13 @@ def rates(before: Snapshot | None, after: Snapshot) -> Rates:
         return Rates()
     elapsed = after.taken_s - before.taken_s
 
-    def per_second(prefix: str) -> dict[str, float]:
-        old, new = before.per_query(prefix), after.per_query(prefix)
-        return {q: max(0, n - old.get(q, 0)) / elapsed for q, n in new.items()}
-
+    old, new = before.per_query(ROUTED), after.per_query(ROUTED)
+    results = None
+    if before.results_written is not None and after.results_written is not None:
+        results = max(0, after.results_written - before.results_written) / elapsed
     return Rates(
-        routed=per_second(ROUTED),
-        results=per_second(RESULTS),
+        routed={q: max(0, n - old.get(q, 0)) / elapsed for q, n in new.items()},
+        results=results,
         source_read=max(0, after.source_read - before.source_read) / elapsed,
     )
 
@@ -110,31 +115,38 @@ def query_schema(record: GraphRecord | None, default: str | None = None) -> str 
     return default
 
 
-class Backlog:
-    """Rows waiting in running graphs' topics: Kafka's end offset minus the graph's last read offset
-    (from its progress report). The buffer of a swap's new graph fills from the cut on, and empties
-    as its query catches up."""
+@dataclass(frozen=True)
+class Positions:
+    backlog: dict[str, int]
+    results_written: int
+
+
+class KafkaPositions:
+    """Kafka's offsets the views read: the end of the results topic, and the rows waiting in each
+    running graph's topic (its end offset minus the graph's last read offset, from its progress
+    report). The buffer of a swap's new graph fills from the cut on, and empties as its query
+    catches up."""
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._consumer: Any = None
 
-    def read(self, client: Client, graphs: dict[str, GraphRecord]) -> dict[str, int]:
-        from kafka import KafkaConsumer, TopicPartition  # only the live view needs Kafka
+    def read(self, client: Client, graphs: dict[str, GraphRecord]) -> Positions:
+        from kafka import KafkaConsumer, TopicPartition  # imported only by the views that read Kafka
 
-        running = {q: g for q, g in graphs.items() if g.state in (GraphState.STARTING, GraphState.RUNNING)}
-        if not running:
-            return {}
         if self._consumer is None:
             self._consumer = KafkaConsumer(**self._settings.kafka_python_config(), enable_auto_commit=False)
-        parts = {q: TopicPartition(g.topic, 0) for q, g in running.items()}
-        ends = self._consumer.end_offsets(list(parts.values()))
-        out: dict[str, int] = {}
-        for query_id, part in parts.items():
+        sink = self._settings.sink_topic
+        sink_parts = [TopicPartition(sink, p) for p in sorted(self._consumer.partitions_for_topic(sink) or [])]
+        running = {q: g for q, g in graphs.items() if g.state in (GraphState.STARTING, GraphState.RUNNING)}
+        graph_parts = {q: TopicPartition(g.topic, 0) for q, g in running.items()}
+        ends = self._consumer.end_offsets([*sink_parts, *graph_parts.values()])
+        backlog: dict[str, int] = {}
+        for query_id, part in graph_parts.items():
             progress = client.progress(query_id)
-            read = (progress.input_offsets.get(part.topic, {}).get("0", 0)) if progress else 0
-            out[query_id] = max(0, int(ends.get(part, 0)) - read)
-        return out
+            read = progress.input_offsets.get(part.topic, {}).get("0", 0) if progress else 0
+            backlog[query_id] = max(0, int(ends.get(part, 0)) - read)
+        return Positions(backlog, sum(int(ends.get(p, 0)) for p in sink_parts))
 
     def close(self) -> None:
         if self._consumer is not None:
@@ -142,21 +154,22 @@ class Backlog:
             self._consumer = None
 
 
-def take_snapshot(client: Client, backlog: Backlog | None = None, default_schema: str | None = None) -> Snapshot:
+def take_snapshot(client: Client, kafka: KafkaPositions | None = None, default_schema: str | None = None) -> Snapshot:
     status = client.status()
     graphs = client.graph_records()
-    waiting: dict[str, int] = {}
-    if backlog is not None:
+    positions = None
+    if kafka is not None:
         try:
-            waiting = backlog.read(client, graphs)
+            positions = kafka.read(client, graphs)
         except Exception:  # noqa: BLE001 - Kafka unreachable: the view shows everything else
-            waiting = {}
+            positions = None
     return Snapshot(
         status=status,
         counters=client.counters(),
         graphs=graphs,
         at_ms=now_ms(),
         taken_s=time.monotonic(),
-        backlog=waiting,
+        backlog=positions.backlog if positions else {},
+        results_written=positions.results_written if positions else None,
         default_schema=default_schema,
     )

@@ -30,7 +30,7 @@ from hotswap.contract.status import SwapStatus
 from hotswap.contract.windows import format_duration_ms
 from hotswap.executor.operator.client import Client
 from hotswap.executor.operator.history import swap_history
-from hotswap.executor.operator.observe import Backlog, Rates, Snapshot, rates, take_snapshot
+from hotswap.executor.operator.observe import KafkaPositions, Rates, Snapshot, rates, take_snapshot
 from hotswap.executor.operator.render import iso
 
 BAR_WIDTH = 40
@@ -86,9 +86,8 @@ def render_watch(
     parts.append(
         Text(
             f"source read {_rate(rate.source_read)}   routed {_rate(rate.routed_total)}   "
-            f"results {_rate(rate.results_total)}"
+            f"results {_rate(rate.results)}"
             + "".join(f"   [{q}: routed {_rate(v)}]" for q, v in sorted(rate.routed.items()) if v)
-            + "".join(f"   [{q}: results {_rate(v)}]" for q, v in sorted(rate.results.items()) if v)
         )
     )
     if error:
@@ -187,7 +186,7 @@ def _swap_view(snap: Snapshot, swap: SwapStatus, memory: WatchMemory, settings: 
 
 def watch(client: Client, settings: Settings, console: Console, interval_s: float = 0.5) -> None:
     """Redraw until Ctrl-C. On a terminal in place; elsewhere one frame after another."""
-    backlog = Backlog(settings)
+    kafka = KafkaPositions(settings)
     memory = WatchMemory()
     previous: Snapshot | None = None
     try:
@@ -196,32 +195,30 @@ def watch(client: Client, settings: Settings, console: Console, interval_s: floa
 
             with Live(console=console, auto_refresh=False, transient=False) as live:
                 while True:
-                    previous = _frame(
-                        client, settings, backlog, memory, previous, lambda r: live.update(r, refresh=True)
-                    )
+                    previous = _frame(client, settings, kafka, memory, previous, lambda r: live.update(r, refresh=True))
                     time.sleep(interval_s)
         else:
             while True:
-                previous = _frame(client, settings, backlog, memory, previous, console.print)
+                previous = _frame(client, settings, kafka, memory, previous, console.print)
                 console.print(Rule(style="dim"))
                 console.file.flush()
                 time.sleep(interval_s)
     except KeyboardInterrupt:
         pass
     finally:
-        backlog.close()
+        kafka.close()
 
 
 def _frame(
     client: Client,
     settings: Settings,
-    backlog: Backlog,
+    kafka: KafkaPositions,
     memory: WatchMemory,
     previous: Snapshot | None,
     show: Callable[[RenderableType], object],
 ) -> Snapshot | None:
     try:
-        snap = take_snapshot(client, backlog)
+        snap = take_snapshot(client, kafka)
     except redis.RedisError as exc:
         if previous is not None:
             show(render_watch(previous, Rates(), memory, settings, error=str(exc)))

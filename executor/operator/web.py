@@ -27,7 +27,7 @@ from hotswap.executor.operator.client import Client, redis_client
 from hotswap.executor.operator.dashboard import fragment, page
 from hotswap.executor.operator.history import history
 from hotswap.executor.operator.metrics import LeaseCounts, QueryProgress, metrics_registry
-from hotswap.executor.operator.observe import Rates, Snapshot, rates, take_snapshot
+from hotswap.executor.operator.observe import KafkaPositions, Rates, Snapshot, rates, take_snapshot
 
 log = structlog.get_logger(__name__)
 
@@ -38,8 +38,9 @@ class Observer:
     """Snapshots of the control state, shared by the pages and the metrics, with the rates between
     the last two (kept only to compute rates: the truth stays in Redis)."""
 
-    def __init__(self, client: Client, default_schema: str | None = None) -> None:
+    def __init__(self, client: Client, kafka: KafkaPositions | None = None, default_schema: str | None = None) -> None:
         self._client = client
+        self._kafka = kafka
         self._default_schema = default_schema
         self._lock = threading.Lock()
         self._latest: Snapshot | None = None
@@ -50,7 +51,7 @@ class Observer:
             latest = self._latest
             if latest is not None and time.monotonic() - latest.taken_s < SNAPSHOT_MAX_AGE_S:
                 return latest
-            fresh = take_snapshot(self._client, default_schema=self._default_schema)
+            fresh = take_snapshot(self._client, self._kafka, self._default_schema)
             self._rates = rates(latest, fresh)
             self._latest = fresh
             return fresh
@@ -70,11 +71,13 @@ class MonitorServer:
         *,
         lease: LeaseCounts | None = None,
         queries: Callable[[], Iterable[QueryProgress]] | None = None,
+        kafka: KafkaPositions | None = None,
         default_schema: str | None = None,
     ) -> None:
         assert settings.metrics_port is not None
         self._settings = settings
-        self.observer = Observer(client, default_schema)
+        self._kafka = kafka
+        self.observer = Observer(client, kafka, default_schema)
         self.registry, self._durations = metrics_registry(
             self.observer.snapshot, lease, queries, settings.names.owned_topic_prefix
         )
@@ -113,6 +116,8 @@ class MonitorServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+        if self._kafka is not None:
+            self._kafka.close()
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -179,5 +184,6 @@ def start_monitor(settings: Settings, spark: SparkSession, executor: Executor) -
         Client(settings, redis_client(settings)),
         lease=executor.lease,
         queries=spark_queries(spark),
+        kafka=KafkaPositions(settings),
         default_schema=schema_ddl(events.schema),
     ).start()
