@@ -147,13 +147,15 @@ def _swap_view(snap: Snapshot, swap: SwapStatus, memory: WatchMemory, settings: 
         out.append(Text(f"error: {swap.error}" + (f" [{code}]" if code else ""), style="red"))
     if entry.ended:
         return out
-    names = {p.name for p in swap.phases}
-    # The deploy: from validated until the new graph runs, against deploy_timeout.
-    if SwapPhase.VALIDATED in names and SwapPhase.DEPLOYED not in names and swap.state is not SwapPhase.VALIDATED:
-        started = next(p.at for p in swap.phases if p.name is SwapPhase.VALIDATED)
-        elapsed = (snap.at_ms - started) / 1000
-        limit = settings.deploy_timeout_s
-        out.append(_bar("deploy", elapsed, limit, f"{elapsed:.1f} s of {limit:.0f} s allowed"))
+    names = [str(p.name) for p in swap.phases]
+    # The deploy: from validated (or deploying, where the journal records it) until the new graph
+    # runs, against deploy_timeout; only for the swap whose turn it is (a queued one waits).
+    if swap is snap.active_swap and str(SwapPhase.DEPLOYED) not in names and str(swap.state) != "submitted":
+        started = next((p.at for p in reversed(swap.phases) if str(p.name) in ("validated", "deploying")), None)
+        if started is not None:
+            elapsed = (snap.at_ms - started) / 1000
+            limit = settings.deploy_timeout_s
+            out.append(_bar("deploy", elapsed, limit, f"{elapsed:.1f} s of {limit:.0f} s allowed"))
     if w is not None:
         watermark = snap.status.service.watermark
         old_window = swap.old_window_ms or 0

@@ -213,6 +213,18 @@ def test_the_live_view_shows_the_swap_in_progress_with_progress_bars(api: Client
     assert rates(before, before) == Rates()
 
 
+def test_the_live_view_shows_the_deploy_against_its_timeout(server: fakeredis.FakeServer, api: Client) -> None:
+    r = fakeredis.FakeRedis(server=server)
+    deploying = SwapRecord(
+        id="s2", to_query="c", source=source("c"), state=SwapPhase.VALIDATED, phases=phases(PHASES[:2], T + 60_000)
+    )
+    r.set(Keys(NS).swap("s2"), deploying.model_dump_json())
+    out = Console(record=True, width=160, color_system=None)
+    out.print(render_watch(snapshot(api, at_ms=T + 62_000 + 30_000), Rates(), WatchMemory(), api.settings))
+    assert "deploy" in out.export_text()
+    assert "30.0 s of 120 s allowed" in out.export_text()
+
+
 # -- the dashboard ----------------------------------------------------------------------------------
 def test_the_dashboard_shows_the_query_the_timeline_with_w_and_the_owners(api: Client) -> None:
     html = page(snapshot(api), Rates())
