@@ -221,8 +221,9 @@ def test_the_live_view_shows_the_deploy_against_its_timeout(server: fakeredis.Fa
     r.set(Keys(NS).swap("s2"), deploying.model_dump_json())
     out = Console(record=True, width=160, color_system=None)
     out.print(render_watch(snapshot(api, at_ms=T + 62_000 + 30_000), Rates(), WatchMemory(), api.settings))
-    assert "deploy" in out.export_text()
-    assert "30.0 s of 120 s allowed" in out.export_text()
+    text = out.export_text()
+    assert "deploy" in text
+    assert "30.0 s of 120 s allowed" in text
 
 
 # -- the dashboard ----------------------------------------------------------------------------------
