@@ -232,7 +232,11 @@ def abort(
     swap_id: Annotated[str, typer.Argument(help="The swap id printed by submit.")],
     namespace: NamespaceOpt = None,
 ) -> None:
-    """Abort a swap that has not been cut yet; the running query keeps serving."""
+    """Abort a swap that has not been cut yet; the running query keeps serving.
+
+    Exit codes: 0 aborted; 1 unknown swap, already cut or ended, or Redis unreachable (one line on stderr); 2 a usage
+    error.
+    """
     from hotswap.executor.operator.client import Client
 
     record = Client(ctx.obj.settings(namespace=namespace)).abort(swap_id)
@@ -248,7 +252,11 @@ def rollback(
     timeout: Annotated[float, typer.Option(help="Seconds to wait with --wait.")] = 600.0,
     namespace: NamespaceOpt = None,
 ) -> None:
-    """Undo a swap: before its cut, abort it; after it, swap back to the previous query at the next boundary."""
+    """Undo a swap: before its cut, abort it; after it, swap back to the previous query at the next boundary.
+
+    Exit codes: 0 aborted or queued (with --wait: the swap back completed); 1 nothing to roll back, the swap back
+    failed or timed out, or Redis unreachable (one line on stderr); 2 a usage error.
+    """
     from hotswap.contract.journal import SwapPhase
     from hotswap.executor.operator.client import Client
 
@@ -339,7 +347,10 @@ def generate(
     start_ts: Annotated[int | None, typer.Option(help="Event time of the first event (epoch ms).")] = None,
     time_scale: Annotated[float, typer.Option(help="Event time runs this much faster than the clock.")] = 1.0,
 ) -> None:
-    """Write seeded JSON events {key, value, ts} to the source topic."""
+    """Write seeded JSON events {key, value, ts} to the source topic.
+
+    Exit codes: 0 sent (or stopped with Ctrl-C); 1 Kafka unreachable (one line on stderr); 2 a usage error.
+    """
     from hotswap.executor.tools.generator import GeneratorReport, GeneratorSpec, produce
 
     settings = ctx.obj.settings()
@@ -386,7 +397,11 @@ def demo(
         ),
     ] = False,
 ) -> None:
-    """Start everything, stream events, swap the query live, and check the results."""
+    """Start everything, stream events, swap the query live, and check the results.
+
+    Exit codes: 0 the swap completed with no missing window and no duplicate result; 1 the check failed or the demo
+    could not run (the reason on the console); 2 a usage error.
+    """
     from hotswap.executor.operator.demo import run_attached_demo, run_demo
 
     if attach:

@@ -187,7 +187,7 @@ def test_history_json_is_the_documented_list(server: fakeredis.FakeServer, monke
 
 
 def test_every_command_documents_its_exit_codes() -> None:
-    for command in ("status", "history", "submit", "run"):
+    for command in ("status", "history", "submit", "run", "abort", "rollback", "generate", "demo", "stack"):
         result = CliRunner().invoke(cli.app, [command, "--help"], env={"COLUMNS": "200"})
         assert "Exit codes" in result.stdout, command
 
