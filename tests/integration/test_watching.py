@@ -147,7 +147,9 @@ def test_a_swap_shows_in_the_live_view_metrics_dashboard_and_history_and_prints_
             assert seen_mid_swap
             assert active, "the swap's phase never showed on /metrics"
 
-            sample = metrics(url)
+            # A scrape shares the endpoint's snapshot of the last half second: wait for the one after the end.
+            completed = 'hotswap_swaps_total{outcome="completed"}'
+            sample = wait_until(lambda: (m := metrics(url)).get(completed) == 1.0 and m, 10, "completed on /metrics")
             for phase in PHASES:
                 assert sample[f'hotswap_swap_phase_transitions_total{{phase="{phase}"}}'] == 1.0, phase
             for phase in PHASES[:-1]:
