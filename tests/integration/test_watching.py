@@ -148,8 +148,11 @@ def test_a_swap_shows_in_the_live_view_metrics_dashboard_and_history_and_prints_
             assert active, "the swap's phase never showed on /metrics"
 
             # A scrape shares the endpoint's snapshot of the last half second: wait for the one after the end.
-            completed = 'hotswap_swaps_total{outcome="completed"}'
-            sample = wait_until(lambda: (m := metrics(url)).get(completed) == 1.0 and m, 10, "completed on /metrics")
+            def after_the_end() -> dict[str, float] | None:
+                scraped = metrics(url)
+                return scraped if scraped.get('hotswap_swaps_total{outcome="completed"}') == 1.0 else None
+
+            sample = wait_until(after_the_end, 10, "the completed swap on /metrics")
             for phase in PHASES:
                 assert sample[f'hotswap_swap_phase_transitions_total{{phase="{phase}"}}'] == 1.0, phase
             for phase in PHASES[:-1]:
