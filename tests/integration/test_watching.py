@@ -152,7 +152,9 @@ def test_a_swap_shows_in_the_live_view_metrics_dashboard_and_history_and_prints_
                 scraped = metrics(url)
                 return scraped if scraped.get('hotswap_swaps_total{outcome="completed"}') == 1.0 else None
 
-            sample = wait_until(after_the_end, 10, "the completed swap on /metrics")
+            final = wait_until(after_the_end, 10, "the completed swap on /metrics")
+            assert final is not None
+            sample = final
             for phase in PHASES:
                 assert sample[f'hotswap_swap_phase_transitions_total{{phase="{phase}"}}'] == 1.0, phase
             for phase in PHASES[:-1]:
