@@ -47,7 +47,7 @@ def render_status(doc: Status) -> None:
         f"watermark {iso(service.watermark)}   late records {doc.late_records}   "
         f"dead-letter records {doc.dead_letter_records}   expired records {doc.expired_records}"
     )
-    swaps = Table("swap", "from", "to", "state", "cut (W)", "phases", "waiting for / error", title="swaps")
+    swaps = Table("swap", "from", "to", "state", "cut (W)", "phases", "waiting for", title="swaps")
     for s in doc.swaps:
         swaps.add_row(
             s.id,
@@ -56,9 +56,14 @@ def render_status(doc: Status) -> None:
             s.state,
             iso(s.cut_window_end),
             " > ".join(p.name for p in s.phases),
-            s.error or s.waiting_for or s.note or "",
+            s.waiting_for or s.note or ("see below" if s.error else ""),
         )
     console.print(swaps)
+    # A failure's reason is one line with its root cause: printed whole, never wrapped in a column.
+    for s in doc.swaps:
+        if s.error:
+            code = getattr(s, "reason_code", None)
+            console.print(f"swap {s.id} {s.state}: {s.error}" + (f" [{code}]" if code else ""), soft_wrap=True)
     owners = " | ".join(
         f"{o.query_id} {iso(o.after) if o.after else '…'} .. {iso(o.through) if o.through else '…'}" for o in doc.owners
     )

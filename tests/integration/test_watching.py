@@ -193,8 +193,8 @@ def test_a_swap_shows_in_the_live_view_metrics_dashboard_and_history_and_prints_
             assert "[USER_RAISED_EXCEPTION] poison row" in failed.error
             assert "\n" not in failed.error
             assert not any(w in failed.error for w in WRAPPERS), failed.error
-            table = run_cli(settings, "status")
-            assert "poison row" in table.stdout
+            table = run_cli(settings, "status").stdout.splitlines()
+            assert f"swap {failing.id} {failed.state}: {failed.error}" in table
             listed = json.loads(run_cli(settings, "history", "--json", "--limit", "1").stdout)
             assert listed[0]["id"] == failing.id
             assert "[USER_RAISED_EXCEPTION] poison row" in listed[0]["error"]
