@@ -16,6 +16,7 @@ again and is counted again, which only a crash causes.
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,6 +103,24 @@ def rates(before: Snapshot | None, after: Snapshot) -> Rates:
         results=results,
         source_read=max(0, after.source_read - before.source_read) / elapsed,
     )
+
+
+class RateWindow:
+    """Rates over the last `span_s` seconds of snapshots, not between the last two: the service
+    graph and the results move in batches a second or two apart, and a rate between snapshots half
+    a second apart jumps between 0 and twice the truth."""
+
+    def __init__(self, span_s: float = 5.0) -> None:
+        self._span_s = span_s
+        self._kept: deque[Snapshot] = deque()
+
+    def add(self, snap: Snapshot) -> Rates:
+        # Keep the newest snapshot at least `span_s` old: the rate always spans that long, or more.
+        while len(self._kept) >= 2 and snap.taken_s - self._kept[1].taken_s >= self._span_s:
+            self._kept.popleft()
+        oldest = self._kept[0] if self._kept else None
+        self._kept.append(snap)
+        return rates(oldest, snap)
 
 
 def query_schema(record: GraphRecord | None, default: str | None = None) -> str | None:

@@ -30,7 +30,7 @@ from hotswap.contract.status import SwapStatus
 from hotswap.contract.windows import format_duration_ms
 from hotswap.executor.operator.client import Client
 from hotswap.executor.operator.history import swap_history
-from hotswap.executor.operator.observe import KafkaPositions, Rates, Snapshot, rates, take_snapshot
+from hotswap.executor.operator.observe import KafkaPositions, Rates, RateWindow, Snapshot, take_snapshot
 from hotswap.executor.operator.render import iso
 
 BAR_WIDTH = 40
@@ -190,18 +190,23 @@ def watch(client: Client, settings: Settings, console: Console, interval_s: floa
     """Redraw until Ctrl-C. On a terminal in place; elsewhere one frame after another."""
     kafka = KafkaPositions(settings)
     memory = WatchMemory()
+    window = RateWindow()
     previous: Snapshot | None = None
     try:
         if console.is_terminal:
             from rich.live import Live
 
             with Live(console=console, auto_refresh=False, transient=False) as live:
+
+                def redraw(view: RenderableType) -> None:
+                    live.update(view, refresh=True)
+
                 while True:
-                    previous = _frame(client, settings, kafka, memory, previous, lambda r: live.update(r, refresh=True))
+                    previous = _frame(client, settings, kafka, memory, window, previous, redraw)
                     time.sleep(interval_s)
         else:
             while True:
-                previous = _frame(client, settings, kafka, memory, previous, console.print)
+                previous = _frame(client, settings, kafka, memory, window, previous, console.print)
                 console.print(Rule(style="dim"))
                 console.file.flush()
                 time.sleep(interval_s)
@@ -216,6 +221,7 @@ def _frame(
     settings: Settings,
     kafka: KafkaPositions,
     memory: WatchMemory,
+    window: RateWindow,
     previous: Snapshot | None,
     show: Callable[[RenderableType], object],
 ) -> Snapshot | None:
@@ -227,5 +233,5 @@ def _frame(
         else:
             show(Text(f"control state unreachable: {exc}", style="red"))
         return previous
-    show(render_watch(snap, rates(previous, snap), memory, settings))
+    show(render_watch(snap, window.add(snap), memory, settings))
     return snap

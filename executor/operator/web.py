@@ -27,7 +27,7 @@ from hotswap.executor.operator.client import Client, redis_client
 from hotswap.executor.operator.dashboard import fragment, page
 from hotswap.executor.operator.history import history
 from hotswap.executor.operator.metrics import LeaseCounts, QueryProgress, metrics_registry
-from hotswap.executor.operator.observe import KafkaPositions, Rates, Snapshot, rates, take_snapshot
+from hotswap.executor.operator.observe import KafkaPositions, Rates, RateWindow, Snapshot, take_snapshot
 
 log = structlog.get_logger(__name__)
 
@@ -44,6 +44,7 @@ class Observer:
         self._default_schema = default_schema
         self._lock = threading.Lock()
         self._latest: Snapshot | None = None
+        self._window = RateWindow()
         self._rates = Rates()
 
     def snapshot(self) -> Snapshot:
@@ -52,7 +53,7 @@ class Observer:
             if latest is not None and time.monotonic() - latest.taken_s < SNAPSHOT_MAX_AGE_S:
                 return latest
             fresh = take_snapshot(self._client, self._kafka, self._default_schema)
-            self._rates = rates(latest, fresh)
+            self._rates = self._window.add(fresh)
             self._latest = fresh
             return fresh
 

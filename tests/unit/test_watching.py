@@ -3,6 +3,7 @@ as Prometheus parses it), the HTTP endpoint and the dry run's request and plan. 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import urllib.request
@@ -39,7 +40,7 @@ from hotswap.executor.operator.client import Client
 from hotswap.executor.operator.dashboard import page
 from hotswap.executor.operator.history import history
 from hotswap.executor.operator.metrics import BatchDurations, metrics_registry
-from hotswap.executor.operator.observe import Rates, Snapshot, rates, take_snapshot
+from hotswap.executor.operator.observe import Rates, RateWindow, Snapshot, rates, take_snapshot
 from hotswap.executor.operator.watch import WatchMemory, render_watch
 from hotswap.executor.operator.web import MonitorServer
 
@@ -211,6 +212,25 @@ def test_the_live_view_shows_the_swap_in_progress_with_progress_bars(api: Client
     assert "not_json 2, unclassified 3" in text
     assert "idle" in text
     assert rates(before, before) == Rates()
+
+
+def test_rates_are_taken_over_a_window_of_snapshots(api: Client) -> None:
+    first = snapshot(api)
+    window = RateWindow(span_s=5.0)
+    assert window.add(first) == Rates()
+
+    def later(seconds: float, read: int, written: int) -> Snapshot:
+        return dataclasses.replace(
+            first,
+            taken_s=first.taken_s + seconds,
+            results_written=written,
+            counters={**first.counters, "routed:c": first.counters["routed:c"] + read},
+        )
+
+    assert window.add(later(1.0, 100, 52)).results == 0.0
+    rate = window.add(later(2.0, 400, 152))
+    assert (rate.results, rate.routed["c"]) == (50.0, 200.0)  # over the 2 s since the first snapshot
+    assert window.add(later(8.0, 1000, 452)).results == 50.0  # from the 2 s one: the first dropped out
 
 
 def test_the_live_view_shows_the_deploy_against_its_timeout(server: fakeredis.FakeServer, api: Client) -> None:
