@@ -72,24 +72,22 @@ def render_status(doc: Status) -> None:
 
 
 def render_history(entries: list[SwapHistory], out: Console = console) -> None:
+    """One swap per paragraph, newest first: what it swapped, its outcome, W and duration, then each
+    phase with the seconds it lasted, then a failure's reason. Lines, not a table: it reads the same
+    in a narrow terminal and in a log."""
     if not entries:
         out.print("no swaps yet")
         return
-    table = Table("swap", "from -> to", "outcome", "W", "submitted", "took", "phases (seconds in each)", "reason")
     for e in entries:
-        spans = " > ".join(f"{p.name}" + ("" if p.seconds is None else f" {p.seconds:.1f}") for p in e.phases)
-        reason = (e.error or "") + (f" [{e.reason_code}]" if e.reason_code else "")
-        table.add_row(
-            e.id,
-            f"{e.from_query or '?'} -> {e.to_query}",
-            e.state if e.ended else f"{e.state} (running)",
-            iso(e.cut_window_end)[11:] if e.cut_window_end is not None else "-",
-            iso(e.submitted_at),
-            "-" if e.seconds is None else f"{e.seconds:.1f} s",
-            spans,
-            reason,
-        )
-    out.print(table)
+        outcome = e.state if e.ended else f"{e.state} (running)"
+        took = "" if e.seconds is None else f" in {e.seconds:.1f} s"
+        w = f", W = {iso(e.cut_window_end)}" if e.cut_window_end is not None else ", no cut"
+        head = f"[bold]{e.id}[/] {e.from_query or '?'} -> {e.to_query}: {outcome}{took}{w}"
+        out.print(f"{head}, submitted {iso(e.submitted_at)}", soft_wrap=True)
+        spans = " > ".join(p.name + ("" if p.seconds is None else f" {p.seconds:.1f} s") for p in e.phases)
+        out.print(f"  {spans}", soft_wrap=True)
+        if e.error:
+            out.print(f"  {e.error}" + (f" [{e.reason_code}]" if e.reason_code else ""), soft_wrap=True)
 
 
 def render_plan(plan: DryRunPlan) -> None:
