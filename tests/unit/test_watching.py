@@ -446,3 +446,20 @@ def test_the_query_a_submit_would_replace_is_the_last_one_in_flight() -> None:
     queued = SwapRecord(id="q", to_query="z", state=SwapPhase.VALIDATED, new_window_ms=20_000)
     assert predecessor([], "a", graphs) == ("a", 10_000)
     assert predecessor([queued], "a", graphs) == ("z", 20_000)
+
+
+def test_a_rejected_dry_run_exits_1_with_the_plan_on_stdout(
+    server: fakeredis.FakeServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    from hotswap.contract.plans import DryRunPlan
+
+    monkeypatch.setattr(client, "redis_client", lambda settings, retries=40: fakeredis.FakeRedis(server=server))
+    monkeypatch.setattr(cli, "configure_logging", lambda *args, **kwargs: None)
+    rejected = DryRunPlan(request_id="r", query="x", valid=False, reason="query 'x' has no window")
+    monkeypatch.setattr(Client, "dry_run", lambda self, path, name=None, timeout_s=120.0: rejected)
+    query = tmp_path / "x.sql"
+    query.write_text("SELECT 1")
+    result = CliRunner().invoke(cli.app, ["--namespace", NS, "submit", str(query), "--dry-run", "--json"])
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["reason"] == "query 'x' has no window"
+    assert result.stderr.strip() == "hotswap: rejected: query 'x' has no window"
