@@ -156,11 +156,11 @@ def run(
         signal.signal(sig, lambda *_: stop.set())
     executor = Executor(settings, spark, client)
     monitor = None
-    if settings.metrics_port is not None:
-        from hotswap.executor.operator.web import start_monitor
-
-        monitor = start_monitor(settings, spark, executor)
     try:
+        if settings.metrics_port is not None:
+            from hotswap.executor.operator.web import start_monitor
+
+            monitor = start_monitor(settings, spark, executor)
         executor.run(source, stop)
     finally:
         if monitor is not None:
