@@ -198,11 +198,13 @@ def test_a_swap_shows_in_the_live_view_metrics_dashboard_and_history_and_prints_
             listed = json.loads(run_cli(settings, "history", "--json", "--limit", "1").stdout)
             assert listed[0]["id"] == failing.id
             assert "[USER_RAISED_EXCEPTION] poison row" in listed[0]["error"]
-            logged = [
-                line for line in executor.log_path.read_text(errors="replace").splitlines() if "poison row" in line
-            ]
+            console = executor.log_path.read_text(errors="replace")
+            logged = [line for line in console.splitlines() if "poison row" in line]
             assert any("execution graph failed" in line for line in logged), logged
-            assert not any("Python Proxy" in line for line in logged), logged
+            for wrapper in ("Python Proxy", "Traceback"):
+                assert wrapper not in console, f"{wrapper!r} on the executor's console:\n{console[-4000:]}"
+            # Spark's own lines for that failure, with their stack traces, are kept whole in a file.
+            assert "poison row" in (settings.home / "logs" / "spark.log").read_text(errors="replace")
             after_poison = len(executor.log_path.read_bytes())
     finally:
         watch.send_signal(signal.SIGINT)
