@@ -96,6 +96,9 @@ def configure_logging(log_format: str = "console", level: str = "info", stream: 
     quiet = logging.NOTSET if numeric <= logging.DEBUG else max(numeric, logging.WARNING)
     for name in NOISY_LOGGERS:
         logging.getLogger(name).setLevel(quiet)
+    # kafka-python 3 warns whenever one of its network tasks takes over 100 ms ("It is blocking the
+    # event loop"), which a busy machine causes, not a fault: shown only at debug.
+    logging.getLogger("kafka.net.selector").setLevel(logging.NOTSET if numeric <= logging.DEBUG else logging.ERROR)
     proxy = logging.getLogger(PROXY_LOGGER)
     if not any(isinstance(f, BatchFunctionErrors) for f in proxy.filters):
         proxy.addFilter(BatchFunctionErrors())
