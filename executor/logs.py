@@ -55,6 +55,19 @@ class BatchFunctionErrors(logging.Filter):
         return True
 
 
+class RetriedMetadataRefresh(logging.Filter):
+    """kafka-python 3 logs a failed metadata refresh at ERROR ("Metadata refresh: failed Transport
+    closed for writes") though it retries it at once on another connection; a refresh that keeps
+    failing surfaces as the operation that needed it failing, which hotswap reports in one line.
+    So the record goes to debug."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == "Metadata refresh: failed %s":
+            # Handlers compare the record's level with their own: at info, this one is dropped.
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
+
+
 def configure_logging(log_format: str = "console", level: str = "info", stream: TextIO | None = None) -> None:
     """Route structlog and the standard library's logging to `stream` (default stderr) in one format.
     Safe to call again: the latest call wins."""
@@ -102,3 +115,6 @@ def configure_logging(log_format: str = "console", level: str = "info", stream: 
     proxy = logging.getLogger(PROXY_LOGGER)
     if not any(isinstance(f, BatchFunctionErrors) for f in proxy.filters):
         proxy.addFilter(BatchFunctionErrors())
+    metadata = logging.getLogger("kafka.cluster")
+    if not any(isinstance(f, RetriedMetadataRefresh) for f in metadata.filters):
+        metadata.addFilter(RetriedMetadataRefresh())

@@ -164,3 +164,17 @@ def test_a_root_cause_is_one_short_line_without_wrappers() -> None:
         found: Any = root_cause(streaming_failure(case))
         assert not any(w in found for w in WRAPPERS), found
         assert len(found) <= 500
+
+
+def test_a_retried_metadata_refresh_goes_to_debug_and_other_kafka_errors_stay() -> None:
+    from hotswap.executor.logs import RetriedMetadataRefresh
+
+    def kafka_record(msg: str) -> logging.LogRecord:
+        return logging.LogRecord("kafka.cluster", logging.ERROR, __file__, 1, msg, ("x",), None)
+
+    refresh = kafka_record("Metadata refresh: failed %s")
+    assert RetriedMetadataRefresh().filter(refresh)
+    assert refresh.levelno == logging.DEBUG
+    other = kafka_record("Topic %s is not authorized for this client")
+    assert RetriedMetadataRefresh().filter(other)
+    assert other.levelno == logging.ERROR
