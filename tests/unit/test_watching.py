@@ -463,3 +463,34 @@ def test_a_rejected_dry_run_exits_1_with_the_plan_on_stdout(
     assert result.exit_code == 1
     assert json.loads(result.stdout)["reason"] == "query 'x' has no window"
     assert result.stderr.strip() == "hotswap: rejected: query 'x' has no window"
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_the_watch_redraws_until_ctrl_c_and_ends_cleanly(
+    api: Client, monkeypatch: pytest.MonkeyPatch, terminal: bool
+) -> None:
+    from hotswap.executor.operator import watch as live
+
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 3:
+            raise KeyboardInterrupt  # what Ctrl-C does to the loop
+
+    class NoKafka:
+        def __init__(self, settings: Settings) -> None: ...
+
+        def read(self, client: Client, graphs: Any) -> Any:
+            raise OSError("no broker in a unit test")
+
+        def close(self) -> None: ...
+
+    monkeypatch.setattr("hotswap.executor.operator.watch.time.sleep", sleep)
+    monkeypatch.setattr(live, "KafkaPositions", NoKafka)
+    out = Console(record=True, width=160, color_system=None, force_terminal=terminal)
+    live.watch(api, api.settings, out, interval_s=0.5)  # returns: Ctrl-C is the way out, not an error
+    text = out.export_text()
+    assert sleeps == [0.5, 0.5, 0.5]
+    assert "swap s2 in progress: b -> c" in text
+    assert "Traceback" not in text
