@@ -55,14 +55,18 @@ class BatchFunctionErrors(logging.Filter):
         return True
 
 
-class RetriedMetadataRefresh(logging.Filter):
-    """kafka-python 3 logs a failed metadata refresh at ERROR ("Metadata refresh: failed Transport
-    closed for writes") though it retries it at once on another connection; a refresh that keeps
-    failing surfaces as the operation that needed it failing, which hotswap reports in one line.
-    So the record goes to debug."""
+class RetriedKafkaErrors(logging.Filter):
+    """kafka-python 3 logs two transient errors at ERROR although its client retries them at once:
+    a failed metadata refresh ("Metadata refresh: failed Transport closed for writes"), and a send on
+    a connection the broker already closed ("Error sending request data: [Errno 32] Broken pipe",
+    with a traceback). A failure that persists surfaces as the operation that needed it failing,
+    which hotswap reports in one line. So both records go to debug."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.msg == "Metadata refresh: failed %s":
+        exc = record.exc_info[1] if record.exc_info else None
+        refresh = record.msg == "Metadata refresh: failed %s"
+        lost = "Error sending request data" in str(record.msg) and isinstance(exc, ConnectionError)
+        if refresh or lost:
             # Handlers compare the record's level with their own: at info, this one is dropped.
             record.levelno, record.levelname = logging.DEBUG, "DEBUG"
         return True
@@ -115,6 +119,7 @@ def configure_logging(log_format: str = "console", level: str = "info", stream: 
     proxy = logging.getLogger(PROXY_LOGGER)
     if not any(isinstance(f, BatchFunctionErrors) for f in proxy.filters):
         proxy.addFilter(BatchFunctionErrors())
-    metadata = logging.getLogger("kafka.cluster")
-    if not any(isinstance(f, RetriedMetadataRefresh) for f in metadata.filters):
-        metadata.addFilter(RetriedMetadataRefresh())
+    for name in ("kafka.cluster", "kafka.net.transport"):
+        kafka = logging.getLogger(name)
+        if not any(isinstance(f, RetriedKafkaErrors) for f in kafka.filters):
+            kafka.addFilter(RetriedKafkaErrors())

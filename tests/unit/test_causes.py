@@ -166,15 +166,22 @@ def test_a_root_cause_is_one_short_line_without_wrappers() -> None:
         assert len(found) <= 500
 
 
-def test_a_retried_metadata_refresh_goes_to_debug_and_other_kafka_errors_stay() -> None:
-    from hotswap.executor.logs import RetriedMetadataRefresh
+def test_kafka_errors_its_client_retries_go_to_debug_and_others_stay() -> None:
+    from hotswap.executor.logs import RetriedKafkaErrors
 
-    def kafka_record(msg: str) -> logging.LogRecord:
-        return logging.LogRecord("kafka.cluster", logging.ERROR, __file__, 1, msg, ("x",), None)
+    def kafka_record(msg: str, exc: BaseException | None = None) -> logging.LogRecord:
+        info = (type(exc), exc, None) if exc else None
+        return logging.LogRecord("kafka.cluster", logging.ERROR, __file__, 1, msg, ("x", "y"), info)
 
-    refresh = kafka_record("Metadata refresh: failed %s")
-    assert RetriedMetadataRefresh().filter(refresh)
-    assert refresh.levelno == logging.DEBUG
-    other = kafka_record("Topic %s is not authorized for this client")
-    assert RetriedMetadataRefresh().filter(other)
-    assert other.levelno == logging.ERROR
+    for retried in (
+        kafka_record("Metadata refresh: failed %s"),
+        kafka_record("%s: Error sending request data: %s", BrokenPipeError(32, "Broken pipe")),
+    ):
+        assert RetriedKafkaErrors().filter(retried)
+        assert retried.levelno == logging.DEBUG
+    for kept in (
+        kafka_record("Topic %s is not authorized for this client"),
+        kafka_record("%s: Error sending request data: %s", ValueError("bad frame")),
+    ):
+        assert RetriedKafkaErrors().filter(kept)
+        assert kept.levelno == logging.ERROR
