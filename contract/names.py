@@ -75,6 +75,19 @@ class Keys:
         """Hash of counters: late_records, dead_letter_records, expired_records."""
         return f"{self.prefix}:counters"
 
+    @property
+    def dry_runs(self) -> str:
+        """List of dry-run request ids waiting for the executor (`hotswap submit --dry-run`)."""
+        return f"{self.prefix}:dry-runs"
+
+    def dry_run(self, request_id: str) -> str:
+        """A dry-run request (the query), with a time-to-live: it changes nothing else."""
+        return f"{self.prefix}:dry-run:{request_id}"
+
+    def dry_run_plan(self, request_id: str) -> str:
+        """The executor's answer to a dry-run request (DryRunPlan), with a time-to-live."""
+        return f"{self.prefix}:dry-run:{request_id}:plan"
+
 
 @dataclass(frozen=True)
 class Names:

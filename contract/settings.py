@@ -128,6 +128,12 @@ class Settings(BaseSettings):
     event_time_unit: EpochUnit = EpochUnit.MS
     # A Spark datetime pattern for timestamps that are not ISO-8601 text (JSON only).
     timestamp_format: str | None = None
+    # -- Watching a swap (issue 20): the executor's HTTP endpoint -----------------------------
+    # `/metrics` (Prometheus) and `/` (the dashboard) on this port of the executor; None: not served.
+    # 0 takes any free port (the executor logs which).
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    # Loopback by default: the page shows query texts. 0.0.0.0 serves every interface.
+    metrics_host: str = "127.0.0.1"
 
     @field_validator(
         "window",

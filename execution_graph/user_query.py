@@ -11,9 +11,11 @@ from __future__ import annotations
 import threading
 import types
 
+import structlog
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
+from hotswap.contract.causes import full_trace, root_cause
 from hotswap.contract.models import QueryKind, QuerySource
 from hotswap.execution_graph.errors import QueryRejected
 
@@ -24,6 +26,8 @@ _MISSING_COLUMN = ("UNRESOLVED_COLUMN", "FIELD_NOT_FOUND")
 # Temp views are per session; the lock keeps two graphs from binding `events` at the same time.
 # The view is resolved when spark.sql() analyses the text, so replacing it later is harmless.
 _view_lock = threading.Lock()
+
+log = structlog.get_logger(__name__)
 
 
 def apply_query(spark: SparkSession, events: DataFrame, source: QuerySource) -> DataFrame:
@@ -69,11 +73,6 @@ def _apply_python(events: DataFrame, source: QuerySource) -> DataFrame:
     return result
 
 
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _missing_column(exc: PySparkException, events: DataFrame, source: QuerySource) -> str | None:
     """One line naming a column the query reads and the schema it was checked against lacks."""
     error_class = exc.getCondition() or ""
@@ -83,3 +82,20 @@ def _missing_column(exc: PySparkException, events: DataFrame, source: QuerySourc
     name = parameters.get("objectName") or parameters.get("fieldName") or "?"
     schema = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in events.schema.fields)
     return f"query {source.name!r} reads {name}, which the schema it was checked against lacks: {schema}"
+
+
+def first_line(exc: BaseException) -> str:
+    """The one-line reason of a failure: its root cause (contract.causes), never a py4j or Python
+    Proxy wrapper. The whole chain goes to the debug log, once per failure."""
+    cause = root_cause(exc)
+    if cause not in _traced:
+        _traced.append(cause)
+        del _traced[:-_TRACED_KEPT]
+        log.debug("failure trace", cause=cause, trace=full_trace(exc))
+    return cause
+
+
+# Failures whose trace went to the debug log already: a dead query's failure is read again on every
+# tick until it is restarted, and its trace is worth one entry, not one per tick.
+_TRACED_KEPT = 64
+_traced: list[str] = []

@@ -16,12 +16,60 @@ from typing import TextIO
 import structlog
 from structlog.typing import Processor
 
+from hotswap.contract.causes import is_cancellation, root_cause
+
 # Chatty at INFO (kafka-python logs every connection and rebalance; py4j every gateway call): kept
 # at WARNING unless the operator asks for debug.
 NOISY_LOGGERS = ("kafka", "py4j", "pyspark", "urllib3", "asyncio", "filelock")
 
 # The handler configure_logging installed last, so a second call replaces it instead of doubling lines.
 _installed: logging.Handler | None = None
+
+# py4j's logger for exceptions raised in Python code that Java called: a foreachBatch function.
+PROXY_LOGGER = "py4j.clientserver"
+
+
+class BatchFunctionErrors(logging.Filter):
+    """py4j logs every exception a `foreachBatch` function raises ("There was an exception while
+    executing the Python Proxy on the Python Side.") at ERROR with its whole traceback, Java stack
+    trace included: about 400 lines. What happens next is Spark's and hotswap's to say: the
+    query fails, and hotswap reports the failure in one line with its root cause. So:
+
+    - a batch cancelled because its query was stopped (the writer of a retired graph, interrupted
+      in `.save()`) is expected, not an error: the record goes to the debug log only;
+    - any other failure keeps its level, cut to one line that names the root cause.
+
+    Either way the whole trace goes to the debug log (`--log-level debug`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is None:
+            return True
+        logging.getLogger("hotswap.spark").debug("batch function trace", exc_info=record.exc_info)
+        if is_cancellation(exc):
+            return False
+        record.msg = "a batch function failed: %s"
+        record.args = (root_cause(exc),)
+        record.exc_info = None
+        record.exc_text = None
+        return True
+
+
+class RetriedKafkaErrors(logging.Filter):
+    """kafka-python 3 logs two transient errors at ERROR although its client retries them at once:
+    a failed metadata refresh ("Metadata refresh: failed Transport closed for writes"), and a send on
+    a connection the broker already closed ("Error sending request data: [Errno 32] Broken pipe",
+    with a traceback). A failure that persists surfaces as the operation that needed it failing,
+    which hotswap reports in one line. So both records go to debug."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        refresh = record.msg == "Metadata refresh: failed %s"
+        lost = "Error sending request data" in str(record.msg) and isinstance(exc, ConnectionError)
+        if refresh or lost:
+            # Handlers compare the record's level with their own: at info, this one is dropped.
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
 
 
 def configure_logging(log_format: str = "console", level: str = "info", stream: TextIO | None = None) -> None:
@@ -65,3 +113,13 @@ def configure_logging(log_format: str = "console", level: str = "info", stream: 
     quiet = logging.NOTSET if numeric <= logging.DEBUG else max(numeric, logging.WARNING)
     for name in NOISY_LOGGERS:
         logging.getLogger(name).setLevel(quiet)
+    # kafka-python 3 warns whenever one of its network tasks takes over 100 ms ("It is blocking the
+    # event loop"), which a busy machine causes, not a fault: shown only at debug.
+    logging.getLogger("kafka.net.selector").setLevel(logging.NOTSET if numeric <= logging.DEBUG else logging.ERROR)
+    proxy = logging.getLogger(PROXY_LOGGER)
+    if not any(isinstance(f, BatchFunctionErrors) for f in proxy.filters):
+        proxy.addFilter(BatchFunctionErrors())
+    for name in ("kafka.cluster", "kafka.net.transport"):
+        kafka = logging.getLogger(name)
+        if not any(isinstance(f, RetriedKafkaErrors) for f in kafka.filters):
+            kafka.addFilter(RetriedKafkaErrors())

@@ -30,6 +30,7 @@ from hotswap.contract.source import SourceSpec
 from hotswap.execution_graph.errors import SchemaRefused
 from hotswap.execution_graph.schemas import resolve
 from hotswap.execution_graph.user_query import first_line
+from hotswap.executor.control.dry_run import DryRuns
 from hotswap.executor.control.graphs import Graphs
 from hotswap.executor.control.lease import Lease
 from hotswap.executor.control.namespace import claim
@@ -58,12 +59,14 @@ class Executor:
         self._keys = Keys(settings.namespace)
         self._topics = Topics(settings)
         self._lease = Lease(client, self._keys.lease, settings.lease_ttl_ms)
+        self.lease = self._lease  # read by the metrics (renewals and failures)
         # Every control write below checks that this executor still holds the lease (contract.fence).
         self._fence = Fence(self._keys, self._lease.token)
         self.graphs = Graphs(spark, settings, client, self._topics, self._fence)
         self.service = ServiceGraph(spark, settings, client, self._fence)
         self.reporter = ProgressReporter(client, self._keys, self.graphs.runner.is_committed, self._fence)
         self._swaps: SwapProtocol | None = None
+        self.dry_runs = DryRuns(settings, spark, client, self.graphs)  # `submit --dry-run`: answered, never recorded
         self._phase = ExecutorPhase.STOPPED
         self.ready = threading.Event()
 
@@ -115,6 +118,7 @@ class Executor:
         self.reporter.report(self.graphs.runner.running())
         self.service.supervise()
         self.service.tick()
+        self.dry_runs.answer_pending()
 
     def _bootstrap(self, initial: QuerySource | None) -> None:
         settings = self.settings

@@ -109,6 +109,10 @@ class Lease:
         self._stop = threading.Event()
         self._lost: str | None = None
         self._thread: threading.Thread | None = None
+        # Counted by the heartbeat, read by the metrics (hotswap_lease_renewals_total and
+        # hotswap_lease_renewal_failures_total): the lease's own record of its renewals.
+        self.renewals = 0
+        self.renewal_failures = 0
 
     def acquire(self, wait_s: float = 0.0) -> None:
         """Take the lease, waiting up to `wait_s` for a previous holder's lease to expire. A holder
@@ -170,8 +174,11 @@ class Lease:
         while not self._stop.wait(interval_s):
             try:
                 if not self._redis.eval(_RENEW, 1, self._key, self.token, str(self._ttl_ms)):
+                    self.renewal_failures += 1
                     self._lost = "this executor lost its lease on the namespace (another executor took over); stopping"
                     return
+                self.renewals += 1
             except redis.RedisError as exc:
                 # Redis may be restarting; keep trying until the lease would have expired anyway.
+                self.renewal_failures += 1
                 log.warning("lease renewal failed; retrying", error=str(exc))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import structlog
 from pyspark.sql import SparkSession
@@ -44,10 +45,65 @@ _DEFAULT_CONF = {
     "spark.sql.sources.useV1SourceList": "avro,csv,json,orc,parquet,text",
     # hotswap needs neither pandas nor pyarrow; plain Python UDFs (in user .py queries) stay plain.
     "spark.sql.execution.pythonUDF.arrow.enabled": "false",
-    # A larger thread stack: Spark matches long Python tracebacks (a foreachBatch interrupted by
-    # stop()) with a recursive regex that overflows the default 1 MB stack.
-    "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -Xss16m",
 }
+# A larger thread stack: Spark matches long Python tracebacks (a foreachBatch interrupted by
+# stop()) with a recursive regex that overflows the default 1 MB stack. The log4j2 configuration
+# is hotswap's (spark_log4j2 below), written under home.
+_DRIVER_JAVA_OPTIONS = "-XX:+UseSerialGC -Xss16m -Dlog4j2.configurationFile={log4j2}"
+
+# The driver's log4j2 configuration, written at every start (spark_log4j2): Spark's console format
+# on stderr, at the level `spark_log_level` sets, except for
+# - the lines Spark logs when a task or a streaming query fails: a whole Java stack trace, and for a
+#   failed `foreachBatch` the "An exception was raised by the Python Proxy" wrapper with a Python
+#   traceback inside. hotswap reports each such failure on the console itself, in one line with its
+#   root cause (contract/causes.py), so Spark's lines go to `<home>/logs/spark.log`, whole;
+# - "Uncaught exception in thread executor-heartbeater" (a NullPointerException): a local-mode
+#   executor reporting the metrics of a task that stop() just killed. Nothing is wrong, and the
+#   heartbeat runs again a few seconds later;
+# - NativeCodeLoader's warning that Hadoop's native library is missing (the Java code is used).
+_FAILURE_LOGGERS = (
+    "org.apache.spark.executor.Executor",
+    "org.apache.spark.scheduler.TaskSetManager",
+    "org.apache.spark.sql.execution.streaming",
+    "org.apache.spark.sql.execution.datasources",
+    "org.apache.spark.util.Utils",
+)
+_LOG4J2_HEAD = """\
+# Written by hotswap (executor/control/spark_session.py) at every start; changes are overwritten.
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+appender.console.filter.heartbeat.type = RegexFilter
+appender.console.filter.heartbeat.regex = .*Uncaught exception in thread executor-heartbeater.*
+appender.console.filter.heartbeat.onMatch = DENY
+appender.console.filter.heartbeat.onMismatch = NEUTRAL
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {spark_log}
+appender.file.append = true
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c: %m%n%ex
+logger.native.name = org.apache.hadoop.util.NativeCodeLoader
+logger.native.level = error
+logger.jetty.name = org.sparkproject.jetty
+logger.jetty.level = warn
+"""
+
+
+def spark_log4j2(spark_log: Path) -> str:
+    """The driver's log4j2 configuration (see above), Spark's failure lines going to `spark_log`."""
+    failures = "".join(
+        f"logger.failure{i}.name = {name}\n"
+        f"logger.failure{i}.additivity = false\n"
+        f"logger.failure{i}.appenderRef.file.ref = file\n"
+        for i, name in enumerate(_FAILURE_LOGGERS)
+    )
+    return _LOG4J2_HEAD.replace("{spark_log}", str(spark_log)) + failures
+
 
 # Only in local mode: on a cluster, executors on other machines must reach the driver at an address
 # they can route to, which Spark finds itself (or SPARK_LOCAL_IP / spark.driver.host say).
@@ -87,10 +143,21 @@ def check_spark_target(settings: Settings) -> None:
             raise SparkConnectUnsupported(_CONNECT_REFUSED.format(target=f"{origin} {value}"))
 
 
+def log4j2_file(settings: Settings) -> Path:
+    """Where the driver's log4j2 configuration is written (spark_log4j2)."""
+    return (settings.home / "spark-log4j2.properties").expanduser().resolve()
+
+
+def spark_log_file(settings: Settings) -> Path:
+    """Where Spark's task and query failure lines go, whole (spark_log4j2)."""
+    return (settings.home / "logs" / "spark.log").expanduser().resolve()
+
+
 def session_conf(settings: Settings) -> dict[str, str]:
     """Every Spark conf the session is built with, settings' own last."""
     return {
         **_DEFAULT_CONF,
+        "spark.driver.extraJavaOptions": _DRIVER_JAVA_OPTIONS.format(log4j2=log4j2_file(settings)),
         **(_LOCAL_CONF if is_local_master(settings.spark_master) else {}),
         "spark.driver.memory": settings.spark_driver_memory,
         **connector_conf(settings),
@@ -121,6 +188,9 @@ def build_spark_session(settings: Settings) -> SparkSession:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if is_local_master(settings.spark_master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    log4j2, spark_log = log4j2_file(settings), spark_log_file(settings)
+    spark_log.parent.mkdir(parents=True, exist_ok=True)
+    log4j2.write_text(spark_log4j2(spark_log))
     builder = SparkSession.builder.master(settings.spark_master).appName(f"hotswap-{settings.namespace}")
     for key, value in session_conf(settings).items():
         builder = builder.config(key, value)

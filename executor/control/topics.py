@@ -9,8 +9,9 @@ Every admin call retries transient errors (a broker restarting, a controller mov
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 from kafka import KafkaAdminClient, KafkaConsumer
@@ -43,10 +44,15 @@ class Topics:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._admin: KafkaAdminClient | None = None
+        self._closer: weakref.finalize[Any, Any] | None = None
 
     def _client(self) -> KafkaAdminClient:
         if self._admin is None:
             self._admin = KafkaAdminClient(**self._settings.kafka_python_config(), request_timeout_ms=15000)
+            # A Topics dropped without close() (`Topics(settings).ensure(...)`) closes its client when
+            # it is collected, not when the broker goes away: an open client then logs a refused
+            # connection on every retry ("Connection lost ... ECONNREFUSED") once a stack stops.
+            self._closer = weakref.finalize(self, _close_admin, self._admin)
         return self._admin
 
     def _call(self, what: str, action: Callable[[KafkaAdminClient], T]) -> T:
@@ -123,11 +129,22 @@ class Topics:
 
     def close(self) -> None:
         if self._admin is not None:
-            admin, self._admin = self._admin, None
-            try:
-                admin.close()
-            except KafkaError as exc:
-                log.debug("admin client not closed cleanly", error=str(exc))
+            self._admin = None
+            if self._closer is not None:
+                self._closer()  # closes the client, once
+
+    def __enter__(self) -> Topics:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def _close_admin(admin: KafkaAdminClient) -> None:
+    try:
+        admin.close()
+    except KafkaError as exc:
+        log.debug("admin client not closed cleanly", error=str(exc))
 
 
 def topic_configs(settings: Settings, configs: dict[str, str] | None = None) -> dict[str, str]:

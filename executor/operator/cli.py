@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -16,13 +17,17 @@ from hotswap.contract.settings import Settings, load_settings
 from hotswap.contract.source import AvroWire, EpochUnit, SourceFormat
 from hotswap.executor.logs import configure_logging
 from hotswap.executor.operator.failures import operator_errors
-from hotswap.executor.operator.render import console, iso, render_status
+from hotswap.executor.operator.render import console, iso, render_history, render_plan, render_status
 from hotswap.executor.operator.stack_cli import stack_app
 
 E = TypeVar("E", bound=StrEnum)
+EXIT_CODES = (
+    "Exit codes: 0 success; 1 a failure named in one line on stderr (a rejected query, a failed or timed-out "
+    "swap, Redis or Kafka unreachable); 2 a usage error (an unknown option, a missing argument)."
+)
 
 app = typer.Typer(
-    help="Replace a running Spark Structured Streaming query live.",
+    help=f"Replace a running Spark Structured Streaming query live.\n\n{EXIT_CODES}",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -122,10 +127,21 @@ def run(
     timestamp_format: Annotated[
         str | None, typer.Option(help="A Spark datetime pattern for timestamps that are not ISO-8601 (JSON).")
     ] = None,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(help="Serve Prometheus metrics (/metrics) and the dashboard (/) on this port; 0: any free port."),
+    ] = None,
+    metrics_host: Annotated[
+        str | None, typer.Option(help="Address the metrics and dashboard listen on (default 127.0.0.1).")
+    ] = None,
 ) -> None:
     """Run the executor in the foreground (Ctrl-C stops it; a restart resumes).
 
-    The executor is hotswap's controller process (and the Spark driver): not one of Spark's executors."""
+    The executor is hotswap's controller process (and the Spark driver): not one of Spark's executors.
+
+    Exit codes: 0 stopped on Ctrl-C or SIGTERM; 1 a failure named in one line (lease held by another executor,
+    lost lease or control state, the service graph failing for good, a port or setting refused); 2 a usage error.
+    """
     from hotswap.contract.names import Keys
     from hotswap.execution_graph.source import load_query_source
     from hotswap.executor.control.controller import Executor
@@ -151,6 +167,8 @@ def run(
         event_time=event_time,
         event_time_unit=event_time_unit,
         timestamp_format=timestamp_format,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
     )
     settings.source_spec()  # a bad source declaration fails here, in one line, before anything starts
     check_spark_target(settings)  # before the lease or Redis: a target that cannot work changes nothing
@@ -177,9 +195,17 @@ def run(
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    executor = Executor(settings, spark, client)
+    monitor = None
     try:
-        Executor(settings, spark, client).run(source, stop)
+        if settings.metrics_port is not None:
+            from hotswap.executor.operator.web import start_monitor
+
+            monitor = start_monitor(settings, spark, executor)
+        executor.run(source, stop)
     finally:
+        if monitor is not None:
+            monitor.stop()
         spark.stop()
 
 
@@ -207,17 +233,48 @@ def submit(
         Path | None,
         typer.Option(help="The Avro schema (.avsc) this version reads (Avro sources); Avro's resolution rules apply."),
     ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Validate against the running query and print the plan (window, groups, schema, the cut W it "
+            "would take now and its floor, the queue ahead); change nothing.",
+        ),
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the swap record (or the dry run's plan) as JSON.")
+    ] = False,
     namespace: NamespaceOpt = None,
 ) -> None:
-    """Submit a replacement query. Prints the swap id; a rejected query prints the reason."""
+    """Submit a replacement query. Prints the swap id; a rejected query prints the reason.
+
+    Exit codes: 0 validated and queued (with --wait: completed; with --dry-run: it would be accepted); 1 rejected,
+    failed, timed out, or no executor answering (the reason in one line on stderr; with --dry-run --json the plan
+    still goes to stdout); 2 a usage error.
+    """
     from hotswap.executor.operator.client import Client
 
     client = Client(ctx.obj.settings(namespace=namespace))
+    if dry_run:
+        plan = client.dry_run(file, name, timeout, source_schema=source_schema, avro_schema=avro_schema)
+        if as_json:
+            typer.echo(plan.model_dump_json(indent=2))
+        else:
+            render_plan(plan)
+        if not plan.valid:
+            typer.echo(f"hotswap: rejected: {plan.reason}", err=True)
+            raise typer.Exit(1)
+        return
     swap = client.submit(file, name, fix=fix, source_schema=source_schema, avro_schema=avro_schema)
-    typer.echo(swap.id)
+    if not as_json:
+        typer.echo(swap.id)
     if wait:
         done = client.wait_until_done(swap.id, timeout)
-        typer.echo(f"completed: {done.from_query} -> {done.to_query}, cut at {iso(done.cut_window_end)}", err=True)
+        if not as_json:
+            typer.echo(f"completed: {done.from_query} -> {done.to_query}, cut at {iso(done.cut_window_end)}", err=True)
+        swap = done
+    if as_json:
+        typer.echo(swap.model_dump_json(indent=2))
 
 
 @app.command()
@@ -227,7 +284,11 @@ def abort(
     swap_id: Annotated[str, typer.Argument(help="The swap id printed by submit.")],
     namespace: NamespaceOpt = None,
 ) -> None:
-    """Abort a swap that has not been cut yet; the running query keeps serving."""
+    """Abort a swap that has not been cut yet; the running query keeps serving.
+
+    Exit codes: 0 aborted; 1 unknown swap, already cut or ended, or Redis unreachable (one line on stderr); 2 a usage
+    error.
+    """
     from hotswap.executor.operator.client import Client
 
     record = Client(ctx.obj.settings(namespace=namespace)).abort(swap_id)
@@ -243,7 +304,11 @@ def rollback(
     timeout: Annotated[float, typer.Option(help="Seconds to wait with --wait.")] = 600.0,
     namespace: NamespaceOpt = None,
 ) -> None:
-    """Undo a swap: before its cut, abort it; after it, swap back to the previous query at the next boundary."""
+    """Undo a swap: before its cut, abort it; after it, swap back to the previous query at the next boundary.
+
+    Exit codes: 0 aborted or queued (with --wait: the swap back completed); 1 nothing to roll back, the swap back
+    failed or timed out, or Redis unreachable (one line on stderr); 2 a usage error.
+    """
     from hotswap.contract.journal import SwapPhase
     from hotswap.executor.operator.client import Client
 
@@ -263,16 +328,58 @@ def rollback(
 def status(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print the status document as JSON.")] = False,
+    watch_: Annotated[
+        bool,
+        typer.Option(
+            "--watch",
+            help="A live view, redrawn every --interval until Ctrl-C: rates, partitions, the swap in progress with "
+            "each phase and progress bars, counts.",
+        ),
+    ] = False,
+    interval: Annotated[float, typer.Option(help="Seconds between redraws with --watch.", min=0.1)] = 0.5,
     namespace: NamespaceOpt = None,
 ) -> None:
-    """The current query, swaps with their phases, the service graph's windows and watermark."""
+    """The current query, swaps with their phases, the service graph's windows and watermark.
+
+    Exit codes: 0 printed (--watch: ended with Ctrl-C); 1 Redis unreachable (one line on stderr); 2 a usage error.
+    """
     from hotswap.executor.operator.client import Client
 
-    doc = Client(ctx.obj.settings(namespace=namespace)).status()
+    settings = ctx.obj.settings(namespace=namespace)
+    client = Client(settings)
+    if watch_:
+        from hotswap.executor.operator.watch import watch
+
+        watch(client, settings, console, interval)
+        return
+    doc = client.status()
     if as_json:
         typer.echo(doc.model_dump_json(indent=2))
         return
     render_status(doc)
+
+
+@app.command()
+@operator_errors
+def history(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the history as a JSON list.")] = False,
+    limit: Annotated[int | None, typer.Option(help="Only the newest N swaps.", min=1)] = None,
+    namespace: NamespaceOpt = None,
+) -> None:
+    """Past swaps, newest first: each phase's duration, W, the outcome, and a failure's reason and reason code.
+
+    Exit codes: 0 printed; 1 Redis unreachable (one line on stderr); 2 a usage error.
+    """
+    from hotswap.contract.models import now_ms
+    from hotswap.executor.operator.client import Client
+    from hotswap.executor.operator.history import history as swap_history
+
+    entries = swap_history(Client(ctx.obj.settings(namespace=namespace)).status(), now_ms(), limit)
+    if as_json:
+        typer.echo(json.dumps([e.model_dump(mode="json") for e in entries], indent=2))
+        return
+    render_history(entries)
 
 
 # -- generate / demo ----------------------------------------------------------------------------
@@ -302,7 +409,10 @@ def generate(
     ] = "json",
     schema_id: Annotated[int, typer.Option(help="The schema id written before each Avro record.")] = 1,
 ) -> None:
-    """Write seeded events to the source topic: the demo's {key, value, ts}, or nested orders; as JSON or Avro."""
+    """Write seeded events to the source topic: the demo's {key, value, ts}, or nested orders; as JSON or Avro.
+
+    Exit codes: 0 sent (or stopped with Ctrl-C); 1 Kafka unreachable (one line on stderr); 2 a usage error.
+    """
     from hotswap.executor.tools.generator import Encoding, GeneratorReport, GeneratorSpec, Profile, produce
 
     settings = ctx.obj.settings()
@@ -340,6 +450,9 @@ def demo(
     replacement: Annotated[Path, typer.Option(help="Query to swap in.")] = Path("examples/max_per_key_30s.sql"),
     query: Annotated[Path, typer.Option(help="Initial query.")] = Path("examples/count_per_key.sql"),
     keep_stack: Annotated[bool, typer.Option(help="Leave the stack running afterwards.")] = False,
+    metrics_port: Annotated[
+        int, typer.Option(help="Port of the dashboard and /metrics (any free port if it is taken).")
+    ] = 9464,
     attach: Annotated[
         bool,
         typer.Option(
@@ -349,13 +462,17 @@ def demo(
         ),
     ] = False,
 ) -> None:
-    """Start everything, stream events, swap the query live, and check the results."""
+    """Start everything, stream events, swap the query live, and check the results.
+
+    Exit codes: 0 the swap completed with no missing window and no duplicate result; 1 the check failed or the demo
+    could not run (the reason on the console); 2 a usage error.
+    """
     from hotswap.executor.operator.demo import run_attached_demo, run_demo
 
     if attach:
         ok = run_attached_demo(ctx.obj, console, replacement, duration, swap_after)
     else:
-        ok = run_demo(ctx.obj, console, query, replacement, duration, swap_after, keep_stack)
+        ok = run_demo(ctx.obj, console, query, replacement, duration, swap_after, keep_stack, metrics_port)
     raise typer.Exit(0 if ok else 1)
 
 

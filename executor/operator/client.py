@@ -20,8 +20,10 @@ from hotswap.contract.models import (
     GraphRecord,
     GraphState,
     NamespaceRecord,
+    QuerySource,
 )
 from hotswap.contract.names import Keys
+from hotswap.contract.plans import DRY_RUN_TTL_S, DryRunPlan, DryRunRequest
 from hotswap.contract.records import read_counters, read_current, read_graphs, read_progress, read_service_state
 from hotswap.contract.settings import Settings
 from hotswap.contract.status import (
@@ -98,15 +100,7 @@ class Client:
         `source_schema` (DDL) or `avro_schema` (an .avsc file) declare the schema this version reads;
         without them it reads the schema of the query it replaces.
         """
-        source = load_query_source(path, name)
-        if source_schema is not None or avro_schema is not None:
-            avro_text = None
-            if avro_schema is not None:
-                try:
-                    avro_text = avro_schema.read_text(encoding="utf-8")
-                except OSError as exc:
-                    raise ConfigError(f"cannot read the Avro schema {avro_schema}: {exc.strerror}") from exc
-            source = source.changed(source_schema=source_schema, avro_schema=avro_text)
+        source = _declared_source(path, name, source_schema, avro_schema)
         if fix is not None:
             self._failed_after_cut(fix, "fixed forward")
         swap = SwapRecord(id=uuid.uuid4().hex[:10], to_query=source.name, source=source, recovers=fix)
@@ -276,6 +270,56 @@ class Client:
             source=namespace.source.describe() if namespace and namespace.source else None,
         )
 
+    # -- what the live view, history and dry runs read (issue 20) ------------------------------
+    def close(self) -> None:
+        self._redis.close()
+
+    def counters(self) -> dict[str, int]:
+        """The namespace's cumulative counters (late, dead-letter, expired, routed:<q>, dead_letter:<reason>)."""
+        return read_counters(self._redis, self._keys)
+
+    def graph_records(self) -> dict[str, GraphRecord]:
+        return read_graphs(self._redis, self._keys)
+
+    def progress(self, query_id: str) -> GraphProgress | None:
+        return read_progress(self._redis, self._keys, query_id)
+
+    def dry_run(
+        self,
+        path: Path,
+        name: str | None = None,
+        timeout_s: float = 120.0,
+        source_schema: str | None = None,
+        avro_schema: Path | None = None,
+    ) -> DryRunPlan:
+        """Ask the executor what a submit of this query would do now; changes nothing.
+
+        The request and its answer live in Redis with a time-to-live (contract.plans)."""
+        source = _declared_source(path, name, source_schema, avro_schema)
+        if not self._redis.exists(self._keys.lease):
+            raise ExecutorError(
+                f"no executor is running on namespace {self.settings.namespace!r}; a dry run needs one "
+                "(it validates with Spark): start it with `hotswap run`"
+            )
+        request = DryRunRequest(id=uuid.uuid4().hex[:10], source=source)
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.set(self._keys.dry_run(request.id), request.model_dump_json(), ex=DRY_RUN_TTL_S)
+        pipe.lpush(self._keys.dry_runs, request.id)
+        pipe.expire(self._keys.dry_runs, DRY_RUN_TTL_S)
+        pipe.execute()
+        deadline = time.monotonic() + min(timeout_s, DRY_RUN_TTL_S)
+        while time.monotonic() < deadline:
+            raw = self._redis.get(self._keys.dry_run_plan(request.id))
+            if raw is not None:
+                self._redis.delete(self._keys.dry_run_plan(request.id))
+                return DryRunPlan.model_validate_json(raw)
+            time.sleep(0.3)
+        self._redis.delete(self._keys.dry_run(request.id))
+        raise TimeoutExpired(
+            f"the executor did not answer the dry run within {min(timeout_s, DRY_RUN_TTL_S):.0f}s; "
+            "see its log, and `hotswap status`"
+        )
+
 
 def window_owners(swaps: list[SwapRecord], current: str | None) -> list[OwnerStatus]:
     """Which query version answers which windows: windows ending after `after` and at or before
@@ -331,3 +375,17 @@ def _progress_status(progress: GraphProgress | None) -> ProgressStatus | None:
         committed_watermark=progress.committed_watermark,
         num_input_rows=progress.num_input_rows,
     )
+
+
+def _declared_source(path: Path, name: str | None, source_schema: str | None, avro_schema: Path | None) -> QuerySource:
+    """The query file, with the schema its version declares (DDL, or an .avsc file's text), if any."""
+    source = load_query_source(path, name)
+    if source_schema is None and avro_schema is None:
+        return source
+    avro_text = None
+    if avro_schema is not None:
+        try:
+            avro_text = avro_schema.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read the Avro schema {avro_schema}: {exc.strerror}") from exc
+    return source.changed(source_schema=source_schema, avro_schema=avro_text)

@@ -16,9 +16,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from pyspark.sql import SparkSession
 from rich.console import Console
 from rich.table import Table
 
+from hotswap.contract.errors import ConfigError
 from hotswap.contract.journal import SwapPhase
 from hotswap.contract.models import now_ms
 from hotswap.contract.settings import Settings
@@ -26,12 +28,16 @@ from hotswap.execution_graph.source import load_query_source
 from hotswap.executor.control.controller import Executor
 from hotswap.executor.control.spark_session import build_spark_session
 from hotswap.executor.operator.client import Client, redis_client
+from hotswap.executor.operator.history import history
+from hotswap.executor.operator.render import render_history
+from hotswap.executor.operator.web import MonitorServer, start_monitor
 from hotswap.executor.stack import EmbeddedStack
 from hotswap.executor.tools.generator import GeneratorSpec, produce
 from hotswap.service_graph.kafka_io import SourceOffsets
 from hotswap.service_sink.audit import Result, audit, read_results
 from hotswap.service_sink.errors import TopicReadIncomplete
 
+DEMO_METRICS_PORT = 9464  # the dashboard and /metrics (any free port if taken)
 TIME_SCALE = 5.0  # event time runs 5x faster than the clock: a 10 s window closes every 2 s
 # --attach: the load has ended once the source topic took no event for this long.
 QUIET_S = 10.0
@@ -55,6 +61,7 @@ def run_demo(
     duration_s: float,
     swap_after_s: float,
     keep_stack: bool,
+    metrics_port: int = DEMO_METRICS_PORT,
 ) -> bool:
     namespace = f"demo-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}"
     settings = options.settings(
@@ -63,6 +70,7 @@ def run_demo(
         sink_topic=f"{namespace}.results",
         lateness="2s",
         log_level="warning",
+        metrics_port=metrics_port,
     )
     initial = load_query_source(query)
     swap_source = load_query_source(replacement)
@@ -76,6 +84,12 @@ def run_demo(
     spark = build_spark_session(settings)
     client = Client(settings, redis_client(settings))
     executor = Executor(settings, spark, redis_client(settings))
+    monitor = _serve_monitor(settings, spark, executor)
+    console.print(
+        f"dashboard [link={monitor.url}]{monitor.url}[/link]   metrics {monitor.url}metrics\n"
+        f"in a second terminal: [bold]hotswap status --watch --namespace {namespace}[/]",
+        soft_wrap=True,
+    )
     stop_executor = threading.Event()
     stop_load = threading.Event()
     executor_thread = threading.Thread(target=executor.run, args=(initial, stop_executor), daemon=True)
@@ -115,8 +129,11 @@ def run_demo(
         stop_load.set()
         stop_executor.set()
         executor_thread.join(timeout=120)
+        monitor.stop()
         spark.stop()
     ok = _final_check(settings, client, console, swap_id)
+    _show_history(client, console)
+    client.close()
     if not keep_stack and not already_up:
         stack.down()
         console.print("stack stopped")
@@ -166,7 +183,9 @@ def run_attached_demo(
     finally:
         source.close()
     _show_new_windows(settings, console, shown, first_result_at, started)
-    return _final_check(settings, client, console, swap_id)
+    ok = _final_check(settings, client, console, swap_id)
+    _show_history(client, console)
+    return ok
 
 
 def _show_new_windows(
@@ -205,6 +224,19 @@ def _show_phases(client: Client, console: Console, swap_id: str, shown: int) -> 
         error = f": {record.error}" if record.error and phase.name is record.state else ""
         console.print(f"[bold yellow]swap {swap_id}: {phase.name}{extra}{error}")
     return len(record.phases)
+
+
+def _serve_monitor(settings: Settings, spark: SparkSession, executor: Executor) -> MonitorServer:
+    """The dashboard and metrics on the demo's port, or on any free port if that one is taken."""
+    try:
+        return start_monitor(settings, spark, executor)
+    except ConfigError:
+        return start_monitor(settings.model_copy(update={"metrics_port": 0}), spark, executor)
+
+
+def _show_history(client: Client, console: Console) -> None:
+    console.rule("[bold]hotswap history")
+    render_history(history(client.status(), now_ms()), console)
 
 
 def _final_check(settings: Settings, client: Client, console: Console, swap_id: str | None) -> bool:

@@ -8,8 +8,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from hotswap.contract.plans import DryRunPlan
 from hotswap.contract.settings import Settings
 from hotswap.contract.status import Status
+from hotswap.contract.windows import format_duration_ms
+from hotswap.executor.operator.history import SwapHistory
 
 console = Console()
 
@@ -44,7 +47,7 @@ def render_status(doc: Status) -> None:
         f"watermark {iso(service.watermark)}   late records {doc.late_records}   "
         f"dead-letter records {doc.dead_letter_records}   expired records {doc.expired_records}"
     )
-    swaps = Table("swap", "from", "to", "state", "cut (W)", "phases", "waiting for / error", title="swaps")
+    swaps = Table("swap", "from", "to", "state", "cut (W)", "phases", "waiting for", title="swaps")
     for s in doc.swaps:
         swaps.add_row(
             s.id,
@@ -53,14 +56,60 @@ def render_status(doc: Status) -> None:
             s.state,
             iso(s.cut_window_end),
             " > ".join(p.name for p in s.phases),
-            s.error or s.waiting_for or s.note or "",
+            s.waiting_for or s.note or ("see below" if s.error else ""),
         )
     console.print(swaps)
+    # A failure's reason is one line with its root cause: printed whole, never wrapped in a column.
+    for s in doc.swaps:
+        if s.error:
+            code = getattr(s, "reason_code", None)
+            console.print(f"swap {s.id} {s.state}: {s.error}" + (f" [{code}]" if code else ""), soft_wrap=True)
     owners = " | ".join(
         f"{o.query_id} {iso(o.after) if o.after else '…'} .. {iso(o.through) if o.through else '…'}" for o in doc.owners
     )
     if owners:
         console.print(f"[bold]windows by version[/] (window end after .. through) {owners}", soft_wrap=True)
+
+
+def render_history(entries: list[SwapHistory], out: Console = console) -> None:
+    """One swap per paragraph, newest first: what it swapped, its outcome, W and duration, then each
+    phase with the seconds it lasted, then a failure's reason. Lines, not a table: it reads the same
+    in a narrow terminal and in a log."""
+    if not entries:
+        out.print("no swaps yet")
+        return
+    for e in entries:
+        outcome = e.state if e.ended else f"{e.state} (running)"
+        took = "" if e.seconds is None else f" in {e.seconds:.1f} s"
+        w = f", W = {iso(e.cut_window_end)}" if e.cut_window_end is not None else ", no cut"
+        head = f"[bold]{e.id}[/] {e.from_query or '?'} -> {e.to_query}: {outcome}{took}{w}"
+        out.print(f"{head}, submitted {iso(e.submitted_at)}", soft_wrap=True)
+        spans = " > ".join(p.name + ("" if p.seconds is None else f" {p.seconds:.1f} s") for p in e.phases)
+        out.print(f"  {spans}", soft_wrap=True)
+        if e.error:
+            out.print(f"  {e.error}" + (f" [{e.reason_code}]" if e.reason_code else ""), soft_wrap=True)
+
+
+def render_plan(plan: DryRunPlan) -> None:
+    """A dry run's plan, in a few lines (the JSON form has every field)."""
+    console.print(f"[bold]dry run of {plan.query}[/]: {'would be accepted' if plan.valid else 'would be rejected'}")
+    if not plan.valid:
+        return
+    window = format_duration_ms(plan.window_ms) if plan.window_ms else "?"
+    slide = f", sliding every {format_duration_ms(plan.slide_ms)}" if plan.slide_ms else ""
+    console.print(f"  window {window}{slide}; group columns {', '.join(plan.group_columns) or '-'}", soft_wrap=True)
+    console.print(f"  reads {plan.schema_ddl or '?'}", soft_wrap=True)
+    old = f" ({format_duration_ms(plan.replaces_window_ms)} windows)" if plan.replaces_window_ms else ""
+    console.print(f"  replaces {plan.replaces or '-'}{old}")
+    if plan.cut_window_end is not None:
+        console.print(
+            f"  a cut now would take W = {iso(plan.cut_window_end)} (event time); it cannot complete before the "
+            f"service watermark passes W + lateness = {iso(plan.floor)}"
+        )
+    else:
+        console.print("  no cut yet: the service graph has routed no row")
+    console.print(f"  ahead in the queue: {', '.join(plan.ahead) if plan.ahead else 'nothing'}")
+    console.print("  nothing was changed")
 
 
 def print_stack(settings: Settings, statuses: list[Any]) -> None:

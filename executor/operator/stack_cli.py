@@ -7,7 +7,11 @@ import typer
 from hotswap.executor.operator.failures import operator_errors
 from hotswap.executor.operator.render import print_stack
 
-stack_app = typer.Typer(help="The embedded Kafka broker and Redis server.", no_args_is_help=True)
+stack_app = typer.Typer(
+    help="The embedded Kafka broker and Redis server.\n\nExit codes: 0 done; 1 a failure named in one line on stderr "
+    "(a service that did not start, a missing tool or jar); 2 a usage error.",
+    no_args_is_help=True,
+)
 
 
 @stack_app.command("up")

@@ -1,0 +1,120 @@
+"""Answering dry runs (`hotswap submit FILE --dry-run`): validate a query against the running one
+and say what a submit would do now, changing nothing.
+
+The CLI leaves a request in Redis (contract.plans); the executor's loop takes it, validates the
+query on a stream that is never started (as admission does), and writes the plan back with a
+time-to-live. Nothing else is written: no journal entry, no graph record, no topic.
+"""
+
+from __future__ import annotations
+
+import redis
+import structlog
+from pyspark.sql import SparkSession
+from pyspark.sql import types as T
+
+from hotswap.contract.errors import HotswapError
+from hotswap.contract.journal import Journal, SwapRecord
+from hotswap.contract.models import GraphRecord
+from hotswap.contract.names import Keys
+from hotswap.contract.plans import DRY_RUN_TTL_S, DryRunPlan, DryRunRequest
+from hotswap.contract.records import read_current, read_graphs, read_service_state
+from hotswap.contract.settings import Settings
+from hotswap.contract.windows import cut_boundary
+from hotswap.execution_graph.graph import GraphRunner, events_stream
+from hotswap.execution_graph.user_query import first_line
+from hotswap.executor.control.graphs import Graphs
+
+log = structlog.get_logger(__name__)
+
+ANSWERED_PER_TICK = 2  # a burst of dry runs must not hold the loop for long
+
+
+def schema_ddl(schema: T.StructType) -> str:
+    """A schema as DDL: `key STRING, value DOUBLE, ts BIGINT, event_time TIMESTAMP`."""
+    return ", ".join(f"{field.name} {field.dataType.simpleString().upper()}" for field in schema.fields)
+
+
+def predecessor(
+    swaps: list[SwapRecord], current: str | None, graphs: dict[str, GraphRecord]
+) -> tuple[str | None, int | None]:
+    """The query a swap submitted now would replace when its turn came, and its window size: the
+    target of the last swap in flight, or the current query."""
+    query_id, window_ms = current, graphs[current].window_ms if current in graphs else None
+    for swap in swaps:
+        if swap.state.is_in_flight:
+            query_id = swap.to_query
+            window_ms = graphs[query_id].window_ms if query_id in graphs else swap.new_window_ms
+    return query_id, window_ms
+
+
+class DryRuns:
+    def __init__(self, settings: Settings, spark: SparkSession, client: redis.Redis, graphs: Graphs) -> None:
+        self._settings = settings
+        self._spark = spark
+        self._redis = client
+        self._graphs = graphs
+        self._keys = Keys(settings.namespace)
+
+    def answer_pending(self) -> None:
+        """Answer up to ANSWERED_PER_TICK waiting requests."""
+        for _ in range(ANSWERED_PER_TICK):
+            raw_id = self._redis.rpop(self._keys.dry_runs)
+            if raw_id is None:
+                return
+            request_id = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
+            raw = self._redis.get(self._keys.dry_run(request_id))
+            if raw is None:
+                continue  # expired: nobody waits for it any more
+            request = DryRunRequest.model_validate_json(raw)
+            plan = self.plan(request)
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.set(self._keys.dry_run_plan(request_id), plan.model_dump_json(), ex=DRY_RUN_TTL_S)
+            pipe.delete(self._keys.dry_run(request_id))
+            pipe.execute()
+            log.info("dry run answered", request_id=request_id, query=request.source.name, valid=plan.valid)
+
+    def plan(self, request: DryRunRequest) -> DryRunPlan:
+        swaps = Journal(self._redis, self._keys).all()
+        graphs = read_graphs(self._redis, self._keys)
+        current = read_current(self._redis, self._keys)
+        replaces, old_window = predecessor(swaps, current.query_id if current else None, graphs)
+        service = read_service_state(self._redis, self._keys)
+        lateness = self._settings.lateness_ms
+        base = DryRunPlan(
+            request_id=request.id,
+            query=request.source.name,
+            valid=False,
+            replaces=replaces,
+            replaces_window_ms=old_window,
+            lateness_ms=lateness,
+            service_watermark=service.watermark,
+            ahead=tuple(s.id for s in swaps if not s.state.is_terminal),
+        )
+        # The same `events` a deployed graph of this version would read, on a topic that is never read:
+        # the schema the query declares, else the one of the query it would replace (as admission does).
+        previous = graphs.get(replaces) if replaces else None
+        try:
+            reads = self._graphs.version_reads(
+                request.source, GraphRunner.reads(previous) if previous else self._graphs.namespace_source
+            )
+            stream = events_stream(self._spark, self._settings, self._settings.names.graph_topic("validation"), reads)
+            base = base.changed(schema_ddl=schema_ddl(stream.schema))
+            shape = self._graphs.validate(request.source, old_window, reads)
+        except HotswapError as exc:
+            return base.changed(reason=str(exc), reason_code=getattr(exc, "reason_code", None))
+        except Exception as exc:  # noqa: BLE001 - validation runs user code; nothing in it may stop the executor
+            reason = f"query {request.source.name!r} could not be validated: {first_line(exc)}"
+            return base.changed(reason=reason)
+        cut = None
+        if service.max_window_end is not None and old_window is not None:
+            cut = cut_boundary(service.max_window_end, old_window, shape.window_ms)
+        return base.changed(
+            valid=True,
+            window_ms=shape.window_ms,
+            slide_ms=getattr(shape, "slide_ms", None),
+            group_columns=shape.group_columns,
+            columns=shape.columns,
+            cut_window_end=cut,
+            floor=None if cut is None else cut + lateness,
+        )

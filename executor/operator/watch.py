@@ -1,0 +1,237 @@
+"""`hotswap status --watch`: a live terminal view of the namespace, redrawn every interval.
+
+On a terminal it redraws in place (rich Live); into a file or a pipe it prints one frame after
+another, so its output can be logged or read by a test. Ctrl-C ends it cleanly (exit 0).
+
+It shows the current query and its rates, each source partition's window, event time and
+idleness, the service watermark, the swap in progress with every phase and its time, progress
+bars where progress is measurable (the deploy against its timeout, the service watermark and the
+old graph's committed watermark against W, the rows waiting in the new graph's topic), and the
+late, dead-letter and expired counts. Phases are read from the journal as recorded, so a phase
+added to the swap machine shows without a change here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import redis
+from rich.console import Console, Group, RenderableType
+from rich.progress_bar import ProgressBar
+from rich.rule import Rule
+from rich.table import Table
+from rich.text import Text
+
+from hotswap.contract.journal import SwapPhase
+from hotswap.contract.settings import Settings
+from hotswap.contract.status import SwapStatus
+from hotswap.contract.windows import format_duration_ms
+from hotswap.executor.operator.client import Client
+from hotswap.executor.operator.history import swap_history
+from hotswap.executor.operator.observe import KafkaPositions, Rates, RateWindow, Snapshot, take_snapshot
+from hotswap.executor.operator.render import iso
+
+BAR_WIDTH = 40
+
+
+@dataclass
+class WatchMemory:
+    """What the view remembers between frames, only to draw progress: where each drain started
+    and the most rows seen waiting in each graph's topic."""
+
+    drain_from: dict[str, int] = field(default_factory=dict)
+    backlog_peak: dict[str, int] = field(default_factory=dict)
+
+
+def clock(ms: int | None) -> str:
+    return iso(ms)[11:] if ms is not None else "-"
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}/s"
+
+
+def _bar(label: str, completed: float, total: float, detail: str) -> Table:
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(width=26)
+    grid.add_column(width=BAR_WIDTH)
+    grid.add_column()
+    share = 0.0 if total <= 0 else min(1.0, max(0.0, completed / total))
+    grid.add_row(
+        label, ProgressBar(total=100, completed=100 * share, width=BAR_WIDTH), f"{100 * share:3.0f}%  {detail}"
+    )
+    return grid
+
+
+def render_watch(
+    snap: Snapshot, rate: Rates, memory: WatchMemory, settings: Settings, error: str | None = None
+) -> RenderableType:
+    status = snap.status
+    parts: list[RenderableType] = []
+    current = status.current
+    record = snap.current_record()
+    header = Text.assemble(
+        ("hotswap ", "bold"),
+        f"{status.namespace}  ",
+        ("executor ", "bold"),
+        f"{status.executor.phase}  ",
+        ("current ", "bold"),
+        f"{current.query_id if current else '-'}",
+        f" ({format_duration_ms(record.window_ms)} windows)" if record else "",
+        f"  · {clock(snap.at_ms)} UTC",
+    )
+    parts.append(header)
+    parts.append(
+        Text(
+            f"source read {_rate(rate.source_read)}   routed {_rate(rate.routed_total)}   "
+            f"results {_rate(rate.results)}"
+            + "".join(f"   [{q}: routed {_rate(v)}]" for q, v in sorted(rate.routed.items()) if v)
+        )
+    )
+    if error:
+        parts.append(Text(f"control state unreachable: {error}", style="red"))
+    partitions = Table("partition", "window end", "event time", "offset", "idle", title="source partitions")
+    for p, node in status.service.partitions.items():
+        partitions.add_row(
+            p, clock(node.window_end), clock(node.event_time), f"{node.offset:,}", "idle" if node.idle else ""
+        )
+    parts.append(partitions)
+    parts.append(Text(f"service watermark {clock(status.service.watermark)}"))
+    swap = snap.active_swap
+    if swap is not None:
+        parts.append(Rule(f"swap {swap.id} in progress: {swap.from_query or '?'} -> {swap.to_query}"))
+        parts.extend(_swap_view(snap, swap, memory, settings))
+    elif snap.last_swap is not None:
+        last = snap.last_swap
+        parts.append(Rule(f"last swap {last.id}: {last.from_query or '?'} -> {last.to_query}, {last.state}"))
+        parts.extend(_swap_view(snap, last, memory, settings))
+    else:
+        parts.append(Text("no swap yet", style="dim"))
+    parts.append(
+        Text(
+            f"late records {status.late_records:,}   dead-letter records {status.dead_letter_records:,}   "
+            f"expired records {status.expired_records:,}"
+        )
+    )
+    reasons = snap.dead_letters_by_reason
+    if reasons:
+        parts.append(Text("dead letters by reason: " + ", ".join(f"{k} {v:,}" for k, v in reasons.items())))
+    owners = " | ".join(
+        f"{o.query_id} {clock(o.after) if o.after is not None else '…'} .. {clock(o.through) if o.through else '…'}"
+        for o in status.owners
+    )
+    if owners:
+        parts.append(Text(f"windows by version (ending after .. through): {owners}"))
+    return Group(*parts)
+
+
+def _swap_view(snap: Snapshot, swap: SwapStatus, memory: WatchMemory, settings: Settings) -> list[RenderableType]:
+    entry = swap_history(swap, snap.at_ms)
+    phases = Table("phase", "entered", "for", box=None, padding=(0, 2))
+    for span in entry.phases:
+        took = "" if span.seconds is None else f"{span.seconds:.1f} s"
+        now = span is entry.phases[-1] and not entry.ended
+        phases.add_row(
+            Text(span.name, style="bold yellow" if now else ""), clock(span.at), took + (" …" if now else "")
+        )
+    out: list[RenderableType] = [phases]
+    w = swap.cut_window_end
+    if w is not None:
+        out.append(Text(f"W = {clock(w)} (event time)", style="bold red"))
+    if swap.waiting_for:
+        out.append(Text(f"waiting for: {swap.waiting_for}"))
+    if swap.error:
+        code = getattr(swap, "reason_code", None)
+        out.append(Text(f"error: {swap.error}" + (f" [{code}]" if code else ""), style="red"))
+    if entry.ended:
+        return out
+    names = [str(p.name) for p in swap.phases]
+    # The deploy: from validated (or deploying, where the journal records it) until the new graph
+    # runs, against deploy_timeout; only for the swap whose turn it is (a queued one waits).
+    if swap is snap.active_swap and str(SwapPhase.DEPLOYED) not in names and str(swap.state) != "submitted":
+        started = next((p.at for p in reversed(swap.phases) if str(p.name) in ("validated", "deploying")), None)
+        if started is not None:
+            elapsed = (snap.at_ms - started) / 1000
+            limit = settings.deploy_timeout_s
+            out.append(_bar("deploy", elapsed, limit, f"{elapsed:.1f} s of {limit:.0f} s allowed"))
+    if w is not None:
+        watermark = snap.status.service.watermark
+        old_window = swap.old_window_ms or 0
+        if watermark is not None and swap.state is SwapPhase.CUT:
+            start = w - old_window - settings.lateness_ms
+            out.append(
+                _bar("service watermark -> W", watermark - start, w - start, f"{clock(watermark)} of {clock(w)}")
+            )
+        old = snap.status.graphs.get(swap.from_query or "")
+        reached = old.progress.committed_watermark if old and old.progress else None
+        if reached is not None and swap.from_query:
+            start = memory.drain_from.setdefault(swap.id, min(reached, w - old_window))
+            out.append(
+                _bar(f"{swap.from_query} emitted -> W", reached - start, w - start, f"{clock(reached)} of {clock(w)}")
+            )
+        waiting = snap.backlog.get(swap.to_query)
+        if waiting is not None:
+            peak = max(memory.backlog_peak.get(swap.to_query, 0), waiting)
+            memory.backlog_peak[swap.to_query] = peak
+            out.append(
+                _bar(
+                    f"{swap.to_query} topic read",
+                    peak - waiting,
+                    peak,
+                    f"{waiting:,} rows waiting in its topic",
+                )
+            )
+    return out
+
+
+def watch(client: Client, settings: Settings, console: Console, interval_s: float = 0.5) -> None:
+    """Redraw until Ctrl-C. On a terminal in place; elsewhere one frame after another."""
+    kafka = KafkaPositions(settings)
+    memory = WatchMemory()
+    window = RateWindow()
+    previous: Snapshot | None = None
+    try:
+        if console.is_terminal:
+            from rich.live import Live
+
+            with Live(console=console, auto_refresh=False, transient=False) as live:
+
+                def redraw(view: RenderableType) -> None:
+                    live.update(view, refresh=True)
+
+                while True:
+                    previous = _frame(client, settings, kafka, memory, window, previous, redraw)
+                    time.sleep(interval_s)
+        else:
+            while True:
+                previous = _frame(client, settings, kafka, memory, window, previous, console.print)
+                console.print(Rule(style="dim"))
+                console.file.flush()
+                time.sleep(interval_s)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        kafka.close()
+
+
+def _frame(
+    client: Client,
+    settings: Settings,
+    kafka: KafkaPositions,
+    memory: WatchMemory,
+    window: RateWindow,
+    previous: Snapshot | None,
+    show: Callable[[RenderableType], object],
+) -> Snapshot | None:
+    try:
+        snap = take_snapshot(client, kafka)
+    except redis.RedisError as exc:
+        if previous is not None:
+            show(render_watch(previous, Rates(), memory, settings, error=str(exc)))
+        else:
+            show(Text(f"control state unreachable: {exc}", style="red"))
+        return previous
+    show(render_watch(snap, window.add(snap), memory, settings))
+    return snap

@@ -1,0 +1,187 @@
+"""The executor's HTTP endpoint (`hotswap run --metrics-port`): Prometheus metrics on `/metrics`,
+the dashboard on `/` (its live part on `/fragment`), and `/api/status` (the status document and
+the history as JSON). Served from a thread of the executor's process, by the standard library's
+HTTP server: nothing to install, nothing to build.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import redis
+import structlog
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pyspark.sql import SparkSession
+
+from hotswap.contract.errors import ConfigError
+from hotswap.contract.settings import Settings
+from hotswap.executor.control.controller import Executor
+from hotswap.executor.operator.client import Client, redis_client
+from hotswap.executor.operator.dashboard import fragment, page
+from hotswap.executor.operator.history import history
+from hotswap.executor.operator.metrics import LeaseCounts, QueryProgress, metrics_registry
+from hotswap.executor.operator.observe import KafkaPositions, Rates, RateWindow, Snapshot, take_snapshot
+
+log = structlog.get_logger(__name__)
+
+SNAPSHOT_MAX_AGE_S = 0.5  # scrapes and page refreshes within this share one read of Redis
+
+
+class Observer:
+    """Snapshots of the control state, shared by the pages and the metrics, with the rates between
+    the last two (kept only to compute rates: the truth stays in Redis)."""
+
+    def __init__(self, client: Client, kafka: KafkaPositions | None = None, default_schema: str | None = None) -> None:
+        self._client = client
+        self._kafka = kafka
+        self._default_schema = default_schema
+        self._lock = threading.Lock()
+        self._latest: Snapshot | None = None
+        self._window = RateWindow()
+        self._rates = Rates()
+
+    def snapshot(self) -> Snapshot:
+        with self._lock:
+            latest = self._latest
+            if latest is not None and time.monotonic() - latest.taken_s < SNAPSHOT_MAX_AGE_S:
+                return latest
+            fresh = take_snapshot(self._client, self._kafka, self._default_schema)
+            self._rates = self._window.add(fresh)
+            self._latest = fresh
+            return fresh
+
+    def rates(self) -> Rates:
+        with self._lock:
+            return self._rates
+
+
+class MonitorServer:
+    """The endpoint's server thread; `url` says where it listens once started."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        client: Client,
+        *,
+        lease: LeaseCounts | None = None,
+        queries: Callable[[], Iterable[QueryProgress]] | None = None,
+        kafka: KafkaPositions | None = None,
+        default_schema: str | None = None,
+    ) -> None:
+        assert settings.metrics_port is not None
+        self._settings = settings
+        self._kafka = kafka
+        self.observer = Observer(client, kafka, default_schema)
+        self.registry, self._durations = metrics_registry(
+            self.observer.snapshot, lease, queries, settings.names.owned_topic_prefix
+        )
+        try:
+            self._server = ThreadingHTTPServer((settings.metrics_host, settings.metrics_port), self._handler())
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port} ({exc.strerror}); "
+                "choose another --metrics-port (0 takes any free port)"
+            ) from exc
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="hotswap-web", daemon=True
+        )
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = self._settings.metrics_host
+        shown = "127.0.0.1" if host in ("", "0.0.0.0") else host  # noqa: S104 - only how the address is shown
+        return f"http://{shown}:{self.port}/"
+
+    def start(self) -> MonitorServer:
+        self._thread.start()
+        if self._durations is not None:
+            self._durations.start()
+        log.info("dashboard and metrics served", dashboard=self.url, metrics=f"{self.url}metrics")
+        return self
+
+    def stop(self) -> None:
+        if self._durations is not None:
+            self._durations.stop()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+        if self._kafka is not None:
+            self._kafka.close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                path = self.path.split("?", 1)[0]
+                try:
+                    route = server._route(path)
+                except (redis.RedisError, OSError) as exc:
+                    self._send(503, "text/plain; charset=utf-8", f"control state unreachable: {exc}\n".encode())
+                    return
+                if route is None:
+                    self._send(404, "text/plain; charset=utf-8", b"not found\n")
+                    return
+                self._send(200, *route)
+
+            def _send(self, code: int, content_type: str, body: bytes) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Cache-Control", "no-store")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                log.debug("http request", request=format % args)
+
+        return Handler
+
+    def _route(self, path: str) -> tuple[str, bytes] | None:
+        html = "text/html; charset=utf-8"
+        if path == "/metrics":
+            return CONTENT_TYPE_LATEST, generate_latest(self.registry)
+        if path in ("/", "/index.html"):
+            snap = self.observer.snapshot()
+            return html, page(snap, self.observer.rates()).encode()
+        if path == "/fragment":
+            snap = self.observer.snapshot()
+            return html, fragment(snap, self.observer.rates()).encode()
+        if path == "/api/status":
+            snap = self.observer.snapshot()
+            document = {
+                "status": snap.status.model_dump(mode="json"),
+                "history": [h.model_dump(mode="json") for h in history(snap.status, snap.at_ms)],
+                "counters": snap.counters,
+            }
+            return "application/json", json.dumps(document).encode()
+        if path == "/healthz":
+            return "text/plain; charset=utf-8", b"ok\n"
+        return None
+
+
+def spark_queries(spark: SparkSession) -> Callable[[], Iterable[QueryProgress]]:
+    """The session's active streaming queries, for the micro-batch durations."""
+    return lambda: list(spark.streams.active)
+
+
+def start_monitor(settings: Settings, spark: SparkSession, executor: Executor) -> MonitorServer:
+    """The endpoint of an executor about to run: its metrics, its dashboard."""
+    return MonitorServer(
+        settings,
+        Client(settings, redis_client(settings)),
+        lease=executor.lease,
+        queries=spark_queries(spark),
+        kafka=KafkaPositions(settings),
+        default_schema=settings.source_spec().schema_ddl,
+    ).start()

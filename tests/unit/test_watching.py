@@ -1,0 +1,512 @@
+"""Watching a swap, on fakeredis: history, the live view, the dashboard, the metrics exposition (parsed
+as Prometheus parses it), the HTTP endpoint and the dry run's request and plan. No Spark, no Kafka."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import fakeredis
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
+from typer.testing import CliRunner
+
+from hotswap.contract.journal import PhaseEntry, SwapPhase, SwapRecord
+from hotswap.contract.models import (
+    CurrentQuery,
+    ExecutorPhase,
+    ExecutorRecord,
+    GraphProgress,
+    GraphRecord,
+    GraphState,
+    NodePosition,
+    QueryKind,
+    QuerySource,
+    ServiceState,
+)
+from hotswap.contract.names import Keys
+from hotswap.contract.plans import DryRunRequest
+from hotswap.contract.settings import Settings
+from hotswap.contract.source import LEGACY_SOURCE, SourceSpec
+from hotswap.executor.control import dry_run
+from hotswap.executor.control.dry_run import DryRuns, predecessor
+from hotswap.executor.operator import cli, client
+from hotswap.executor.operator.client import Client
+from hotswap.executor.operator.dashboard import page
+from hotswap.executor.operator.history import history
+from hotswap.executor.operator.metrics import BatchDurations, metrics_registry
+from hotswap.executor.operator.observe import Rates, RateWindow, Snapshot, rates, take_snapshot
+from hotswap.executor.operator.watch import WatchMemory, render_watch
+from hotswap.executor.operator.web import MonitorServer
+
+NS = "blue"
+PHASES = ["submitted", "validated", "deployed", "cut", "draining", "drained", "retired", "completed"]
+T = 1_700_000_000_000  # wall clock of the first phase
+
+
+def source(name: str, text: str = "SELECT 1") -> QuerySource:
+    return QuerySource(name=name, kind=QueryKind.SQL, text=text)
+
+
+def phases(names: list[str], start: int, step_ms: int = 2_000) -> tuple[PhaseEntry, ...]:
+    return tuple(PhaseEntry(name=SwapPhase(n), at=start + i * step_ms) for i, n in enumerate(names))
+
+
+@pytest.fixture
+def server() -> fakeredis.FakeServer:
+    """Namespace `blue`: a completed swap a -> b (W 30 s), and a swap b -> c draining (W 60 s)."""
+    server = fakeredis.FakeServer()
+    r = fakeredis.FakeRedis(server=server)
+    keys = Keys(NS)
+    r.set(keys.lease, "host:1:abcd:space")
+    r.set(keys.executor, ExecutorRecord(holder="host:1:abcd:space", phase=ExecutorPhase.RUNNING).model_dump_json())
+    r.set(keys.current, CurrentQuery(query_id="b", started_at=T).model_dump_json())
+    for query_id, window, state in (("a", 10_000, GraphState.RETIRED), ("b", 30_000, GraphState.RUNNING)):
+        record = GraphRecord(
+            query_id=query_id,
+            source=source(query_id, "SELECT <b>1</b> FROM events"),
+            window_ms=window,
+            topic=f"t.{query_id}",
+            group_columns=("key",),
+            state=state,
+            started_at=T,
+        )
+        r.hset(keys.graphs, query_id, record.model_dump_json())
+    r.hset(
+        keys.graphs,
+        "c",
+        GraphRecord(
+            query_id="c", source=source("c"), window_ms=10_000, topic="t.c", state=GraphState.RUNNING
+        ).model_dump_json(),
+    )
+    r.set(
+        keys.progress("b"), GraphProgress(query_id="b", committed_batch=7, committed_watermark=50_000).model_dump_json()
+    )
+    service = ServiceState(
+        last_batch=9,
+        watermark=62_000,
+        partitions={
+            "0": NodePosition(window_end=70_000, event_time=64_000, offset=99),
+            "1": NodePosition(idle=True, offset=9),
+        },
+    )
+    r.set(keys.service, service.model_dump_json())
+    r.hset(
+        keys.counters,
+        mapping={
+            "late_records": 3,
+            "dead_letter_records": 5,
+            "expired_records": 1,
+            "dead_letter:not_json": 2,
+            "routed:b": 400,
+            "routed:c": 25,
+        },
+    )
+    done = SwapRecord(
+        id="s1",
+        to_query="b",
+        from_query="a",
+        source=source("b"),
+        state=SwapPhase.COMPLETED,
+        phases=phases(PHASES, T),
+        cut_window_end=30_000,
+        old_window_ms=10_000,
+        new_window_ms=30_000,
+    )
+    running = SwapRecord(
+        id="s2",
+        to_query="c",
+        from_query="b",
+        source=source("c"),
+        state=SwapPhase.DRAINING,
+        phases=phases(PHASES[:5], T + 60_000),
+        cut_window_end=60_000,
+        old_window_ms=30_000,
+        new_window_ms=10_000,
+    )
+    for swap in (done, running):
+        r.set(keys.swap(swap.id), swap.model_dump_json())
+        r.rpush(keys.swaps, swap.id)
+    return server
+
+
+@pytest.fixture
+def api(server: fakeredis.FakeServer) -> Client:
+    return Client(Settings(namespace=NS), fakeredis.FakeRedis(server=server))
+
+
+def snapshot(api: Client, at_ms: int = T + 70_000) -> Snapshot:
+    snap = take_snapshot(api, default_schema="key STRING, value DOUBLE, ts BIGINT, event_time TIMESTAMP")
+    return Snapshot(snap.status, snap.counters, snap.graphs, at_ms, snap.taken_s, {"c": 120}, 52, snap.default_schema)
+
+
+# -- history ----------------------------------------------------------------------------------------
+def test_history_lists_swaps_newest_first_with_each_phases_duration(api: Client) -> None:
+    entries = history(api.status(), now_ms=T + 70_000)
+    assert [e.id for e in entries] == ["s2", "s1"]
+    done = entries[1]
+    assert (done.state, done.ended, done.cut_window_end, done.seconds) == ("completed", True, 30_000, 14.0)
+    assert [p.name for p in done.phases] == PHASES
+    assert [p.seconds for p in done.phases] == [2.0] * 7 + [None]
+    running = entries[0]
+    assert (running.ended, running.ended_at) == (False, None)
+    assert running.phases[-1].seconds == 2.0  # in `draining` since T + 68 s
+    assert [e.id for e in history(api.status(), T + 70_000, limit=1)] == ["s2"]
+
+
+def test_history_json_is_the_documented_list(server: fakeredis.FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(client, "redis_client", lambda settings, retries=40: fakeredis.FakeRedis(server=server))
+    monkeypatch.setattr(cli, "configure_logging", lambda *args, **kwargs: None)
+    result = CliRunner().invoke(cli.app, ["--namespace", NS, "history", "--json", "--limit", "2"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert [e["id"] for e in doc] == ["s2", "s1"]
+    assert set(doc[1]) == {
+        "id",
+        "from_query",
+        "to_query",
+        "state",
+        "ended",
+        "submitted_at",
+        "ended_at",
+        "seconds",
+        "cut_window_end",
+        "phases",
+        "error",
+        "reason_code",
+        "rollback_of",
+    }
+    assert doc[1]["phases"][0] == {"name": "submitted", "at": T, "seconds": 2.0}
+    table = CliRunner().invoke(cli.app, ["--namespace", NS, "history"])
+    assert table.exit_code == 0
+    assert "s1" in table.stdout
+
+
+def test_every_command_documents_its_exit_codes() -> None:
+    for command in ("status", "history", "submit", "run", "abort", "rollback", "generate", "demo", "stack"):
+        result = CliRunner().invoke(cli.app, [command, "--help"], env={"COLUMNS": "200"})
+        assert "Exit codes" in result.stdout, command
+
+
+# -- the live view ----------------------------------------------------------------------------------
+def test_the_live_view_shows_the_swap_in_progress_with_progress_bars(api: Client) -> None:
+    before = snapshot(api)
+    memory = WatchMemory()
+    out = Console(record=True, width=160, color_system=None)
+    out.print(render_watch(snapshot(api), Rates(routed={"c": 50.0}, results=4.0), memory, api.settings))
+    text = out.export_text()
+    for phase in PHASES[:5]:
+        assert phase in text
+    assert "swap s2 in progress: b -> c" in text
+    assert "W = 00:01:00.000" in text
+    assert "waiting for: b to emit its windows through W" in text
+    assert "b emitted -> W" in text  # the old graph's committed watermark against W
+    assert "120 rows waiting in its topic" in text
+    assert "routed 50/s" in text
+    assert "late records 3   dead-letter records 5   expired records 1" in text
+    assert "not_json 2, unclassified 3" in text
+    assert "idle" in text
+    assert rates(before, before) == Rates()
+
+
+def test_rates_are_taken_over_a_window_of_snapshots(api: Client) -> None:
+    first = snapshot(api)
+    window = RateWindow(span_s=5.0)
+    assert window.add(first) == Rates()
+
+    def later(seconds: float, read: int, written: int) -> Snapshot:
+        return dataclasses.replace(
+            first,
+            taken_s=first.taken_s + seconds,
+            results_written=written,
+            counters={**first.counters, "routed:c": first.counters["routed:c"] + read},
+        )
+
+    assert window.add(later(1.0, 100, 52)).results == 0.0
+    rate = window.add(later(2.0, 400, 152))
+    assert (rate.results, rate.routed["c"]) == (50.0, 200.0)  # over the 2 s since the first snapshot
+    assert window.add(later(8.0, 1000, 452)).results == 50.0  # from the 2 s one: the first dropped out
+
+
+def test_the_live_view_shows_the_deploy_against_its_timeout(server: fakeredis.FakeServer, api: Client) -> None:
+    r = fakeredis.FakeRedis(server=server)
+    deploying = SwapRecord(
+        id="s2", to_query="c", source=source("c"), state=SwapPhase.VALIDATED, phases=phases(PHASES[:2], T + 60_000)
+    )
+    r.set(Keys(NS).swap("s2"), deploying.model_dump_json())
+    out = Console(record=True, width=160, color_system=None)
+    out.print(render_watch(snapshot(api, at_ms=T + 62_000 + 30_000), Rates(), WatchMemory(), api.settings))
+    text = out.export_text()
+    assert "deploy" in text
+    assert "30.0 s of 120 s allowed" in text
+
+
+# -- the dashboard ----------------------------------------------------------------------------------
+def test_the_dashboard_shows_the_query_the_timeline_with_w_and_the_owners(api: Client) -> None:
+    html = page(snapshot(api), Rates())
+    for phase in PHASES:
+        assert f">{phase}<" in html, phase
+    assert "W = 00:00:30.000" in html
+    assert "W = 00:01:00.000" in html
+    assert "SELECT &lt;b&gt;1&lt;/b&gt; FROM events" in html  # the query text, escaped
+    assert "event_time TIMESTAMP" in html  # the schema it reads
+    assert "windows ending after" in html
+    assert "dead letters by reason: not_json 2, unclassified 3" in html
+    assert "setInterval(refresh, 1000)" in html
+
+
+# -- metrics ----------------------------------------------------------------------------------------
+class Lease:
+    renewals = 7
+    renewal_failures = 1
+
+
+def exposition(api: Client) -> dict[str, float]:
+    registry, _ = metrics_registry(lambda: snapshot(api), Lease())
+    samples: dict[str, float] = {}
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            samples[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return samples
+
+
+def test_the_metrics_follow_prometheus_naming_and_read_the_journal(api: Client) -> None:
+    m = exposition(api)
+    assert all(name.startswith("hotswap_") for name in m)
+    assert m['hotswap_swaps_total{outcome="completed"}'] == 1
+    assert m['hotswap_swaps_total{outcome="failed"}'] == 0
+    assert m['hotswap_swap_phase_transitions_total{phase="cut"}'] == 2
+    assert m['hotswap_swap_phase_transitions_total{phase="completed"}'] == 1
+    assert m['hotswap_swap_phase_duration_seconds_count{phase="drained"}'] == 1
+    assert m['hotswap_swap_phase_duration_seconds_sum{phase="cut"}'] == 4.0
+    assert m['hotswap_swap_phase_duration_seconds_bucket{le="2.5",phase="validated"}'] == 2
+    assert m["hotswap_swap_duration_seconds_count"] == 1
+    assert m['hotswap_swap_phase{phase="draining"}'] == 1
+    assert m['hotswap_swap_phase{phase="cut"}'] == 0
+    assert m["hotswap_swap_phase_elapsed_seconds"] == 2.0
+    assert m['hotswap_swap_in_progress{from_query="b",swap_id="s2",to_query="c"}'] == 1
+    assert m['hotswap_routed_records_total{query_id="b"}'] == 400
+    assert m["hotswap_results_written_total"] == 52
+    assert m['hotswap_dead_letter_records_total{reason="not_json"}'] == 2
+    assert m['hotswap_dead_letter_records_total{reason="unclassified"}'] == 3
+    assert m["hotswap_late_records_total"] == 3
+    assert m["hotswap_expired_records_total"] == 1
+    assert m["hotswap_service_watermark_seconds"] == 62.0
+    assert m["hotswap_service_watermark_lag_seconds"] == (T + 70_000 - 62_000) / 1000
+    assert m['hotswap_partition_idle{partition="1"}'] == 1
+    assert m['hotswap_graph_committed_watermark_seconds{query_id="b"}'] == 50.0
+    assert m["hotswap_lease_renewals_total"] == 7
+    assert m["hotswap_lease_renewal_failures_total"] == 1
+    assert m['hotswap_executor_phase{phase="running"}'] == 1
+
+
+class Query:
+    def __init__(self, name: str, reports: list[dict[str, Any]]) -> None:
+        self.name = name
+        self.recentProgress = reports
+        self.lastProgress = reports[-1] if reports else None
+
+
+def report(batch: int, ms: int) -> dict[str, Any]:
+    return {"batchId": batch, "durationMs": {"triggerExecution": ms}}
+
+
+def test_micro_batch_durations_are_observed_once_per_batch_and_per_query() -> None:
+    registry = CollectorRegistry()
+    queries = [Query("hotswap.blue.service", [report(0, 1500)]), Query("hotswap.green.service", [report(0, 9)])]
+    durations = BatchDurations(registry, "hotswap.blue.", lambda: queries)
+    durations.poll()
+    durations.poll()  # the same batch again: not observed twice
+    queries[0] = Query("hotswap.blue.service", [report(0, 1500), report(1, 500), report(2, 700)])
+    queries.append(Query("hotswap.blue.graph.count_per_key", [report(4, 2000)]))
+    durations.poll()
+
+    def value(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert value("hotswap_microbatch_duration_seconds_count", query="service") == 3
+    assert value("hotswap_microbatch_duration_seconds_sum", query="service") == pytest.approx(2.7)
+    assert value("hotswap_microbatch_duration_seconds_count", query="count_per_key") == 1
+    assert value("hotswap_microbatch_duration_seconds_count", query="hotswap.green.service") is None
+
+
+# -- the endpoint -----------------------------------------------------------------------------------
+@pytest.fixture
+def endpoint(api: Client) -> Iterator[str]:
+    settings = Settings(namespace=NS, metrics_port=0)
+    monitor = MonitorServer(settings, api, lease=Lease(), default_schema="key STRING").start()
+    try:
+        yield monitor.url
+    finally:
+        monitor.stop()
+
+
+def fetch(url: str) -> tuple[int, str, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - a local test server
+            return response.status, response.headers["Content-Type"], response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, "", ""
+
+
+def test_the_endpoint_serves_metrics_the_dashboard_and_json(endpoint: str) -> None:
+    code, kind, body = fetch(f"{endpoint}metrics")
+    assert (code, kind.split(";")[0]) == (200, "text/plain")
+    assert 'hotswap_swaps_total{outcome="completed"} 1.0' in body
+    code, kind, body = fetch(endpoint)
+    assert (code, kind.split(";")[0]) == (200, "text/html")
+    assert "<script>" in body
+    code, _, body = fetch(f"{endpoint}fragment")
+    assert code == 200
+    assert ">draining<" in body
+    assert "<script>" not in body
+    code, _, body = fetch(f"{endpoint}api/status")
+    assert [h["id"] for h in json.loads(body)["history"]] == ["s2", "s1"]
+    assert fetch(f"{endpoint}nope")[0] == 404
+
+
+def test_the_endpoint_binds_loopback_unless_told(endpoint: str) -> None:
+    assert endpoint.startswith("http://127.0.0.1:")
+    assert Settings().metrics_host == "127.0.0.1"
+
+
+# -- the dry run ------------------------------------------------------------------------------------
+class Shape:
+    window_ms = 30_000
+    columns = ("window_start", "window_end", "key", "peak")
+    group_columns = ("key",)
+
+
+class Stream:
+    schema = None  # schema_ddl is replaced below
+
+
+class Validating:
+    """The graphs a dry run validates with: reads the namespace's source, validates with `validate`."""
+
+    namespace_source = LEGACY_SOURCE
+
+    def __init__(self, validate: Any) -> None:
+        self.validate = validate
+
+    def version_reads(self, source: Any, predecessor: SourceSpec) -> SourceSpec:
+        return predecessor
+
+
+def answer_with(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dry_run, "events_stream", lambda *args, **kwargs: Stream())
+    monkeypatch.setattr(dry_run, "schema_ddl", lambda schema: "key STRING, event_time TIMESTAMP")
+
+
+def test_a_dry_run_plans_the_cut_and_changes_nothing(
+    server: fakeredis.FakeServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    answer_with(monkeypatch)
+    r = fakeredis.FakeRedis(server=server)
+    before = {key: r.dump(key) for key in r.keys("*")}
+    graphs = Validating(lambda source, running, reads: Shape())
+    executor = DryRuns(Settings(namespace=NS, lateness="2s"), None, r, graphs)  # type: ignore[arg-type]
+    query = tmp_path / "max_30s.sql"
+    query.write_text("SELECT 1")
+    api = Client(Settings(namespace=NS), fakeredis.FakeRedis(server=server))
+    answered = threading.Event()
+
+    def executor_loop() -> None:
+        while not answered.wait(0.05):
+            executor.answer_pending()
+
+    answering = threading.Thread(target=executor_loop)
+    answering.start()
+    try:
+        plan = api.dry_run(query, timeout_s=10)
+    finally:
+        answered.set()
+        answering.join()
+    assert plan.valid
+    # It would replace c (the target of the swap in flight), whose windows are 10 s, so W is the
+    # next 30 s boundary at or after the largest routed window end (70 s): 90 s.
+    assert (plan.replaces, plan.replaces_window_ms, plan.window_ms) == ("c", 10_000, 30_000)
+    assert (plan.cut_window_end, plan.floor, plan.ahead) == (90_000, 92_000, ("s2",))
+    assert plan.group_columns == ("key",)
+    assert plan.schema_ddl == "key STRING, event_time TIMESTAMP"
+    assert {key: r.dump(key) for key in r.keys("*")} == before
+
+
+def test_a_rejected_dry_run_says_why(server: fakeredis.FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hotswap.execution_graph.errors import QueryRejected
+
+    def reject(*args: Any) -> Any:
+        raise QueryRejected("query 'x' has no window(event_time, ...) in its plan; is it windowed?")
+
+    answer_with(monkeypatch)
+    plan = DryRuns(
+        Settings(namespace=NS),
+        None,  # type: ignore[arg-type]
+        fakeredis.FakeRedis(server=server),
+        Validating(reject),  # type: ignore[arg-type]
+    ).plan(DryRunRequest(id="r1", source=source("x")))
+    assert not plan.valid
+    assert plan.reason == "query 'x' has no window(event_time, ...) in its plan; is it windowed?"
+    assert plan.cut_window_end is None
+
+
+def test_the_query_a_submit_would_replace_is_the_last_one_in_flight() -> None:
+    graphs = {"a": GraphRecord(query_id="a", source=source("a"), window_ms=10_000, topic="t")}
+    queued = SwapRecord(id="q", to_query="z", state=SwapPhase.VALIDATED, new_window_ms=20_000)
+    assert predecessor([], "a", graphs) == ("a", 10_000)
+    assert predecessor([queued], "a", graphs) == ("z", 20_000)
+
+
+def test_a_rejected_dry_run_exits_1_with_the_plan_on_stdout(
+    server: fakeredis.FakeServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    from hotswap.contract.plans import DryRunPlan
+
+    monkeypatch.setattr(client, "redis_client", lambda settings, retries=40: fakeredis.FakeRedis(server=server))
+    monkeypatch.setattr(cli, "configure_logging", lambda *args, **kwargs: None)
+    rejected = DryRunPlan(request_id="r", query="x", valid=False, reason="query 'x' has no window")
+    monkeypatch.setattr(Client, "dry_run", lambda self, path, name=None, timeout_s=120.0, **declared: rejected)
+    query = tmp_path / "x.sql"
+    query.write_text("SELECT 1")
+    result = CliRunner().invoke(cli.app, ["--namespace", NS, "submit", str(query), "--dry-run", "--json"])
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["reason"] == "query 'x' has no window"
+    assert result.stderr.strip() == "hotswap: rejected: query 'x' has no window"
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_the_watch_redraws_until_ctrl_c_and_ends_cleanly(
+    api: Client, monkeypatch: pytest.MonkeyPatch, terminal: bool
+) -> None:
+    from hotswap.executor.operator import watch as live
+
+    sleeps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        if len(sleeps) == 3:
+            raise KeyboardInterrupt  # what Ctrl-C does to the loop
+
+    class NoKafka:
+        def __init__(self, settings: Settings) -> None: ...
+
+        def read(self, client: Client, graphs: Any) -> Any:
+            raise OSError("no broker in a unit test")
+
+        def close(self) -> None: ...
+
+    monkeypatch.setattr("hotswap.executor.operator.watch.time.sleep", sleep)
+    monkeypatch.setattr(live, "KafkaPositions", NoKafka)
+    out = Console(record=True, width=160, color_system=None, force_terminal=terminal)
+    live.watch(api, api.settings, out, interval_s=0.5)  # returns: Ctrl-C is the way out, not an error
+    text = out.export_text()
+    assert sleeps == [0.5, 0.5, 0.5]
+    assert "swap s2 in progress: b -> c" in text
+    assert "Traceback" not in text
