@@ -56,7 +56,14 @@ class ResultWriter:
         if self._check_lease is not None:
             self._check_lease()
         if self._owned is not None:
-            batch = batch.where(_owned_condition(self._owned()))
+            owned = self._owned()
+            if not owned.ranges:
+                # Nothing to emit, but the batch must still run in full: Spark checks that every
+                # state store of the query committed, and a filter that is plainly false would
+                # let the optimiser skip the query's plan altogether.
+                batch.write.format("noop").mode("overwrite").save()
+                return
+            batch = batch.where(_owned_condition(owned))
         types = {field.name: field.dataType for field in batch.schema.fields}
         value_columns = [_as_json_value(name, types[name]) for name in types]
         value_columns.append(F.lit(self._query_id).alias("query_id"))
