@@ -330,12 +330,6 @@ BAD_TEXTS = [
         id="several-slides",
     ),
     pytest.param(
-        f"{WINDOW}, key, count(*) AS n FROM events GROUP BY window(event_time, '10 seconds', '20 seconds'), key",
-        "query 'candidate' slides its 10s windows every 20s, which does not divide their size; "
-        "choose a slide that divides the window size",
-        id="slide-longer-than-size",
-    ),
-    pytest.param(
         f"{WINDOW}, key, count(*) AS n FROM events "
         "GROUP BY window(event_time, '30 seconds', '10 seconds', '5 seconds'), key",
         "query 'candidate' windows are offset from the epoch; drop the window() startTime argument",
