@@ -125,6 +125,9 @@ class SwapRecord(Record):
     cut_batch: int | None = None
     new_window_ms: int | None = None
     old_window_ms: int | None = None
+    # How often a window starts, recorded with the sizes (None: a record from before slides, tumbling).
+    new_slide_ms: int | None = None
+    old_slide_ms: int | None = None
     markers_written: bool = False
     error: str | None = None
     rollback_of: str | None = None  # the swap this one undoes (a swap back to its previous query)

@@ -10,6 +10,7 @@ from pydantic import Field
 
 from hotswap.contract.frozen import Record, now_ms
 from hotswap.contract.source import SourceSpec
+from hotswap.contract.windows import Windowing
 
 __all__ = ["Record", "now_ms"]  # re-exported: every room imports them from here
 
@@ -61,6 +62,19 @@ class GraphRecord(Record):
     # How this version reads the source topic: the namespace's format and event time, with its own
     # schema (None: a record from before schemas were declared, which reads the default one).
     reads: SourceSpec | None = None
+    # How often a window starts (None: a record from before slides were recorded, tumbling).
+    slide_ms: int | None = None
+
+    @property
+    def windowing(self) -> Windowing:
+        return Windowing.of(self.window_ms, self.slide_ms)
+
+    @property
+    def reads_from(self) -> int | None:
+        """For a graph that took over a failed graph's topic: the earliest event time it reads. It
+        owns windows ending after `start_after`, and a sliding window ending there starts
+        size - slide earlier (README, "Sliding windows")."""
+        return None if self.start_after is None else self.start_after - self.windowing.reach_ms
 
 
 def new_spark_query_id() -> str:

@@ -69,6 +69,14 @@ class SwapStatus(StatusPart):
     cut_batch: int | None = Field(description="The service-graph batch that recorded the cut.")
     old_window_ms: int | None
     new_window_ms: int | None
+    old_slide_ms: int | None = Field(
+        default=None,
+        description="How often a window of the old query starts (its window size when tumbling); null until known.",
+    )
+    new_slide_ms: int | None = Field(
+        default=None,
+        description="How often a window of the new query starts (its window size when tumbling); null until validated.",
+    )
     phases: list[PhaseStatus]
     error: str | None = Field(description="Why the swap failed, was rejected or aborted.")
     waiting_for: str | None = Field(
@@ -130,6 +138,9 @@ class GraphStatus(StatusPart):
     state: GraphState
     topic: str = Field(description="Its input topic: the buffer the service graph fills for it.")
     window_ms: int
+    slide_ms: int | None = Field(
+        default=None, description="How often a window starts: its size for tumbling windows, less for sliding ones."
+    )
     kind: QueryKind
     started_at: int | None
     retired_at: int | None

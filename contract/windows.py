@@ -1,13 +1,17 @@
 """Window arithmetic shared by the executor and the service graph.
 
-Windows are tumbling and aligned to the Unix epoch, as Spark's `window()` builds them without a
-start offset: the window of event time t (ms) with size s is [floor(t/s)*s, floor(t/s)*s + s).
+Windows are aligned to the Unix epoch, as Spark's `window()` builds them without a start offset.
+A tumbling window of size s holds event time t (ms) in [floor(t/s)*s, floor(t/s)*s + s). A sliding
+window of size s every d (d divides s) starts and ends on multiples of d, so t lies in s/d windows:
+those ending on a multiple of d in (t, t + s]. Either way, a query's window ends lie on its *grid*:
+every slide (its size when tumbling). See README, "Sliding windows".
 """
 
 from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 from hotswap.contract.errors import ConfigError
 
@@ -69,9 +73,48 @@ def window_end(event_ms: int, size_ms: int) -> int:
     return window_start(event_ms, size_ms) + size_ms
 
 
-def common_boundary_ms(old_size_ms: int, new_size_ms: int) -> int:
-    """The spacing of boundaries shared by both window sizes: their least common multiple."""
-    return math.lcm(old_size_ms, new_size_ms)
+@dataclass(frozen=True)
+class Windowing:
+    """A query's windows: their size and how often one starts (slide == size: tumbling)."""
+
+    size_ms: int
+    slide_ms: int
+
+    @classmethod
+    def of(cls, size_ms: int, slide_ms: int | None = None) -> Windowing:
+        """From recorded values: no slide (a record from before slides were recorded) means tumbling."""
+        return cls(size_ms, size_ms if slide_ms is None else slide_ms)
+
+    @property
+    def sliding(self) -> bool:
+        return self.slide_ms != self.size_ms
+
+    @property
+    def grid_ms(self) -> int:
+        """The spacing of window ends (and starts): the slide."""
+        return self.slide_ms
+
+    @property
+    def reach_ms(self) -> int:
+        """How far before a window end W the first window ending after W starts: size - slide
+        (0 for tumbling windows, whose first window after W starts at W)."""
+        return self.size_ms - self.slide_ms
+
+    def describe(self) -> str:
+        size = format_duration_ms(self.size_ms)
+        return f"{size} every {format_duration_ms(self.slide_ms)}" if self.sliding else size
+
+
+def common_boundary_ms(old_grid_ms: int, new_grid_ms: int) -> int:
+    """The spacing of window boundaries shared by two grids (slides; sizes for tumbling windows):
+    their least common multiple."""
+    return math.lcm(old_grid_ms, new_grid_ms)
+
+
+def first_row_needed(cut_ms: int, new: Windowing) -> int:
+    """The earliest event time the new version of a swap cut at W needs: its first window after W
+    (ending at W + slide) starts at W - size + slide. Rows from there up to W go to both versions."""
+    return cut_ms - new.reach_ms
 
 
 def reached_cut(watermark_ms: int | None, cut_ms: int) -> bool:
@@ -84,8 +127,27 @@ def reached_cut(watermark_ms: int | None, cut_ms: int) -> bool:
     return cut_ms <= 0 or (watermark_ms is not None and watermark_ms >= cut_ms)
 
 
-def cut_boundary(max_window_end_ms: int, old_size_ms: int, new_size_ms: int) -> int:
-    """The cut W: the first boundary at or after the largest routed window end that is a window
-    boundary for both the old and the new query."""
-    step = common_boundary_ms(old_size_ms, new_size_ms)
-    return -(-max_window_end_ms // step) * step
+def cut_boundary(max_window_end_ms: int | None, old: Windowing, new: Windowing, watermark_ms: int | None = None) -> int:
+    """The cut W of a swap from `old` to `new` windows, taken when the largest window end routed so
+    far (over every source partition, on the service graph's window) is E and the service watermark
+    is M: the first multiple of both grids (the lcm of the slides) at or after
+
+        max(E + new.size - new.slide,  min(M, E + old.size - old.slide))
+
+    - E + new.size - new.slide: the new version's first window after W starts at W - size + slide,
+      and it must receive every row of that window. Rows before E were routed before the cut, to
+      the old graph alone, so its first window may start no earlier than E. (Tumbling: W >= E.)
+    - min(M, E + old.size - old.slide), only binding for a sliding old version whose watermark
+      has run ahead of E (a quiet source): it may have closed windows ending up to M already, and
+      one ending after W would not be its own. Either W >= M, or its windows ending after W start
+      at or after E, so they held no row when they closed (later rows before M are late).
+    Every row routed before the cut is older than E, so no rule needs the rows' own times. With
+    nothing routed yet (E None) any boundary works: W = 0, reached at once (`reached_cut`).
+    """
+    if max_window_end_ms is None:
+        return 0
+    lower = max_window_end_ms + new.reach_ms
+    if watermark_ms is not None:
+        lower = max(lower, min(watermark_ms, max_window_end_ms + old.reach_ms))
+    step = common_boundary_ms(old.grid_ms, new.grid_ms)
+    return -(-lower // step) * step

@@ -188,7 +188,7 @@ class GraphRunner:
             return existing
         checkpoint = self._settings.names.graph_checkpoint(record.query_id)
         claim_checkpoint(checkpoint, record)
-        events = events_stream(self._spark, self._settings, record.topic, self.reads(record), record.start_after)
+        events = events_stream(self._spark, self._settings, record.topic, self.reads(record), record.reads_from)
         output = apply_query(self._spark, events, record.source)
         query = (
             output.writeStream.queryName(self._settings.names.graph_query(record.query_id))

@@ -4,6 +4,7 @@ each output column's values come from. Validation (validation.py) asks; this mod
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from typing import Any
 
 # Metadata Spark's analyser puts on the attribute that window() / session_window() defines
@@ -34,6 +35,16 @@ class Origin(enum.Enum):
     UNKNOWN = "unknown"  # the plan does not say: a source column, or a node we do not trace through
 
 
+@dataclass(frozen=True)
+class WindowGrid:
+    """What one window() of a query does to an event: the (start, end) µs of the windows it puts it
+    in (all of them, before Spark's filter drops those that do not hold it), and the µs between
+    two window starts."""
+
+    windows: list[tuple[int, int]]
+    slide_micros: int
+
+
 class Plan:
     """Reading an analysed logical plan through py4j: window definitions and column lineage."""
 
@@ -46,15 +57,28 @@ class Plan:
     def has_session_window(self) -> bool:
         return any(_has_marker(a, SESSION_WINDOW_MARKER) for node in self._nodes() for a in _seq(node.output()))
 
-    def window_assignments(self, probe_micros: int) -> list[list[tuple[int, int]]]:
-        """For each window() in the plan, the (start, end) µs of the windows holding `probe_micros`."""
+    def window_grids(self, probe_micros: int) -> list[WindowGrid]:
+        """For each window() in the plan, the windows it assigns to an event at `probe_micros`, and
+        its slide.
+
+        A tumbling window() becomes one struct expression, a sliding one ceil(size / slide) of them,
+        the i-th starting i slides before the latest window start at or before the event. Their
+        values at the probe give the size and the latest start s; the latest start for an event
+        1 µs before s is one slide earlier, whatever the kind."""
         out = []
         for definitions in self._window_definitions():
-            evaluated = (self._evaluate_window(struct, probe_micros) for struct in definitions)
-            windows = sorted({w for w in evaluated if w is not None})
-            if windows:
-                out.append(windows)
+            windows = self._windows_at(definitions, probe_micros)
+            if not windows:
+                continue
+            latest = max(start for start, _ in windows)
+            before = self._windows_at(definitions, latest - 1)
+            slide = latest - max(start for start, _ in before) if before else 0
+            out.append(WindowGrid(windows=windows, slide_micros=slide))
         return out
+
+    def _windows_at(self, definitions: list[JavaObject], probe_micros: int) -> list[tuple[int, int]]:
+        evaluated = (self._evaluate_window(struct, probe_micros) for struct in definitions)
+        return sorted({w for w in evaluated if w is not None})
 
     def _window_definitions(self) -> list[list[JavaObject]]:
         """The window struct expressions the analyser put in place of each window() call: one for

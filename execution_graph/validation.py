@@ -7,8 +7,9 @@ its analysed logical plan is read, through py4j, for what a swap needs to know:
 - The window. Spark's analyser replaces each `window(...)` call with a projection (an `Expand`
   for sliding windows) that computes the window struct from the event time, and marks the
   attribute it defines with `spark.timeWindow` metadata. Evaluating that struct expression at a
-  fixed instant gives the window size, whether windows overlap, and their offset from the epoch,
-  whatever the query filters: no event needs to pass through the query.
+  fixed instant (and just before the latest window start) gives the window size, the slide and
+  their offset from the epoch, whatever the query filters: no event needs to pass through the
+  query. A sliding window is accepted when its slide divides its size (README, "Sliding windows").
 - The group columns: output columns whose values come from the grouping expressions of the
   query's `Aggregate`, traced down the plan by expression id. They make up the result key
   (docs/architecture.md, "One key per result").
@@ -24,13 +25,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from hotswap.contract.models import QuerySource
-from hotswap.contract.windows import common_boundary_ms, format_duration_ms
+from hotswap.contract.windows import Windowing, common_boundary_ms, format_duration_ms
 from hotswap.execution_graph.errors import QueryRejected
 from hotswap.execution_graph.plan import Origin, Plan
 from hotswap.execution_graph.user_query import apply_query, first_line
 
-# A cut waits for the next boundary shared by both window sizes; refuse sizes whose common
-# boundary is further apart than this many of the larger window.
+# A cut waits for the next boundary shared by both windows' grids (their slides; their sizes when
+# tumbling); refuse grids whose common boundary is further apart than this many of the larger one.
 MAX_BOUNDARY_SPREAD = 10
 
 WINDOW_COLUMNS = ("window_start", "window_end")
@@ -49,30 +50,39 @@ class QueryShape:
     window_ms: int
     columns: tuple[str, ...]
     group_columns: tuple[str, ...]
+    slide_ms: int | None = None  # None: tumbling (slide == size)
+
+    @property
+    def windowing(self) -> Windowing:
+        return Windowing.of(self.window_ms, self.slide_ms)
 
 
 def validate_query(
     spark: SparkSession,
     source: QuerySource,
     streaming_events: DataFrame,
-    running_window_ms: int | None,
+    running_grid_ms: int | None,
 ) -> QueryShape:
-    """Raises QueryRejected with a one-line reason, or returns the query's shape."""
+    """Raises QueryRejected with a one-line reason, or returns the query's shape. `running_grid_ms`:
+    the spacing of the running query's window ends (its slide; its size when tumbling)."""
     streaming_output = apply_query(spark, streaming_events, source)
     _check_columns(source, streaming_output)
     _check_streaming(spark, source, streaming_output)
     shape = _query_shape(spark, source, streaming_output)
-    if running_window_ms is not None:
-        check_cuttable(running_window_ms, shape.window_ms)
+    if running_grid_ms is not None:
+        check_cuttable(running_grid_ms, shape.windowing.grid_ms, slides=shape.windowing.sliding)
     return shape
 
 
-def check_cuttable(old_ms: int, new_ms: int) -> None:
-    step = common_boundary_ms(old_ms, new_ms)
-    if step > MAX_BOUNDARY_SPREAD * max(old_ms, new_ms):
+def check_cuttable(old_grid_ms: int, new_grid_ms: int, *, slides: bool = False) -> None:
+    """Both versions' window ends must meet often enough: W is a boundary of both grids (the
+    slides, or the sizes of tumbling windows). `slides`: either version slides, so say slides."""
+    step = common_boundary_ms(old_grid_ms, new_grid_ms)
+    if step > MAX_BOUNDARY_SPREAD * max(old_grid_ms, new_grid_ms):
+        what = "slide" if slides else "size"
         raise QueryRejected(
-            f"window sizes {format_duration_ms(old_ms)} and {format_duration_ms(new_ms)} share a boundary only every "
-            f"{format_duration_ms(step)}; choose a size that divides or is a multiple of the running one"
+            f"window {what}s {format_duration_ms(old_grid_ms)} and {format_duration_ms(new_grid_ms)} share a boundary "
+            f"only every {format_duration_ms(step)}; choose a {what} that divides or is a multiple of the running one"
         )
 
 
@@ -111,7 +121,7 @@ def _query_shape(spark: SparkSession, source: QuerySource, output: DataFrame) ->
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     plan = Plan(jvm, output._jdf.queryExecution().analyzed())
-    window_ms = _window_ms(source, plan)
+    windowing = _windowing(source, plan)
     output_attributes = plan.output()
     by_name = dict(output_attributes)
     for column in WINDOW_COLUMNS:
@@ -125,33 +135,48 @@ def _query_shape(spark: SparkSession, source: QuerySource, output: DataFrame) ->
         name for name, attribute in output_attributes if name not in NOT_GROUP_COLUMNS and plan.is_group(attribute)
     )
     columns = tuple(f.name for f in output.schema.fields)
-    return QueryShape(window_ms=window_ms, columns=columns, group_columns=groups)
+    return QueryShape(window_ms=windowing.size_ms, columns=columns, group_columns=groups, slide_ms=windowing.slide_ms)
 
 
-def _window_ms(source: QuerySource, plan: Plan) -> int:
-    """The one tumbling, epoch-aligned window size of the query, in ms."""
+def _windowing(source: QuerySource, plan: Plan) -> Windowing:
+    """The one epoch-aligned window of the query, tumbling or sliding by a slide that divides its
+    size, in ms."""
     name = source.name
     if plan.has_session_window():
-        raise QueryRejected(f"query {name!r} uses session windows, whose sizes vary; only tumbling windows can be cut")
+        raise QueryRejected(
+            f"query {name!r} uses session windows, whose boundaries are known only once the rows have arrived; "
+            "only tumbling and sliding windows can be cut"
+        )
     try:
-        # One list per window() of the query: the windows it assigns the probe instant to.
-        assignments = plan.window_assignments(_PROBE_MICROS)
+        # One per window() of the query: the windows it assigns the probe instant to, and its slide.
+        grids = plan.window_grids(_PROBE_MICROS)
     except Py4JJavaError as exc:
         raise QueryRejected(f"query {name!r} window cannot be read from its plan: {first_line(exc)}") from exc
-    if not assignments:
+    if not grids:
         raise QueryRejected(f"query {name!r} has no window(event_time, ...) in its plan; is it windowed?")
-    sizes = {end - start for windows in assignments for start, end in windows}
-    if len(sizes) != 1:
-        raise QueryRejected(f"query {name!r} produces windows of several sizes; only tumbling windows can be cut")
-    size = sizes.pop()
-    if size <= 0:
-        raise QueryRejected(f"query {name!r} produces empty windows")
-    if any(len(windows) > 1 for windows in assignments):
-        raise QueryRejected(f"query {name!r} uses overlapping (sliding) windows; only tumbling windows can be cut")
-    if any(start % size for windows in assignments for start, _ in windows):
-        raise QueryRejected(f"query {name!r} windows are offset from the epoch; drop the window() startTime argument")
-    if size % 1000:
+    sizes = {end - start for grid in grids for start, end in grid.windows}
+    slides = {grid.slide_micros for grid in grids}
+    if len(sizes) != 1 or len(slides) != 1:
         raise QueryRejected(
-            f"query {name!r} window size must be a whole number of milliseconds, not {size} microseconds"
+            f"query {name!r} produces windows of several sizes or slides; a query can be cut only with one window"
         )
-    return size // 1000
+    size, slide = sizes.pop(), slides.pop()
+    if size <= 0 or slide <= 0:
+        raise QueryRejected(f"query {name!r} produces empty windows")
+    if size % slide:
+        raise QueryRejected(
+            f"query {name!r} slides its {_micros(size)} windows every {_micros(slide)}, which does not divide their "
+            "size; choose a slide that divides the window size"
+        )
+    if any(start % slide for grid in grids for start, _ in grid.windows):
+        raise QueryRejected(f"query {name!r} windows are offset from the epoch; drop the window() startTime argument")
+    for what, micros in (("size", size), ("slide", slide)):
+        if micros % 1000:
+            raise QueryRejected(
+                f"query {name!r} window {what} must be a whole number of milliseconds, not {micros} microseconds"
+            )
+    return Windowing(size // 1000, slide // 1000)
+
+
+def _micros(micros: int) -> str:
+    return format_duration_ms(micros // 1000) if micros % 1000 == 0 else f"{micros}us"

@@ -2,8 +2,9 @@
 
 A batch is routed by a plan decided once, written down before any row moves, and reused as-is
 when Spark replays the batch. Rows are classified in this order: malformed or too far ahead
-(dead letter), late, owned by the old graph (event time before the cut W), owned by the target
-graph.
+(dead letter), late, then data: to the old graph if its event time is before the cut W, and to the
+target graph if it is at or after the first row the target's windows after W need (W itself for
+tumbling windows; W - size + slide for sliding ones, so rows in between go to both).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 
 from hotswap.contract.journal import SwapPhase, SwapRecord
 from hotswap.contract.models import CutRoute, Destination, GraphRecord, NodePosition, RoutingPlan, ServiceState
-from hotswap.contract.windows import cut_boundary
+from hotswap.contract.windows import Windowing, cut_boundary, first_row_needed
 from hotswap.service_graph.errors import NoTargetGraph
 
 
@@ -73,11 +74,14 @@ def routing_swap(swaps: Iterable[SwapRecord]) -> SwapRecord | None:
 
 
 def decide_cut(state: ServiceState, swap: SwapRecord) -> int:
-    """W for a swap being cut now: the first common boundary at or after the largest window any
-    partition has routed."""
+    """W for a swap being cut now: the first boundary of both versions' grids at or after the
+    largest window any partition has routed, late enough that a sliding new version receives every
+    row of its windows after W (contract.windows.cut_boundary states the rule)."""
     if swap.old_window_ms is None or swap.new_window_ms is None:
         raise NoTargetGraph(f"swap {swap.id} has no window sizes recorded; it cannot be cut")
-    return cut_boundary(state.max_window_end or 0, swap.old_window_ms, swap.new_window_ms)
+    old = Windowing.of(swap.old_window_ms, swap.old_slide_ms)
+    new = Windowing.of(swap.new_window_ms, swap.new_slide_ms)
+    return cut_boundary(state.max_window_end, old, new, state.watermark)
 
 
 def plan_batch(
@@ -108,9 +112,13 @@ def plan_batch(
         target = current
     destinations = [Destination(query_id=target.query_id, topic=target.topic)]
     if cut is not None:
+        # The target's first window after W starts at W - size + slide (W for tumbling windows): the
+        # rows from there up to W go to both graphs. The cut rule made sure none was routed before it.
         destinations = [
             Destination(query_id=cut.old_query, topic=cut.old_topic, until=cut.boundary),
-            Destination(query_id=target.query_id, topic=target.topic, since=cut.boundary),
+            Destination(
+                query_id=target.query_id, topic=target.topic, since=first_row_needed(cut.boundary, target.windowing)
+            ),
         ]
     return RoutingPlan(
         batch_id=batch_id,

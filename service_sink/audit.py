@@ -94,12 +94,19 @@ def audit(results: list[Result]) -> Audit:
         for owner in owners:
             by_query[owner] += 1
     ordered = sorted(windows)
+    # A sliding version's windows overlap by design (a version owns windows by their end), and so
+    # may the windows on either side of a cut to or from one: overlap is counted between tumbling
+    # windows only. A gap is time no window covers.
+    sliding = _sliding_queries(windows)
     missing: list[tuple[int, int]] = []
     overlapping = sum(1 for owners in windows.values() if len(owners) > 1)
-    for (_, end_a), (start_b, _) in itertools.pairwise(ordered):
-        if start_b > end_a:
-            missing.append((end_a, start_b))
-        elif start_b < end_a:
+    covered_until = ordered[0][1] if ordered else 0
+    for (start_a, end_a), (start_b, end_b) in itertools.pairwise(ordered):
+        if start_b > covered_until:
+            missing.append((covered_until, start_b))
+        covered_until = max(covered_until, end_b)
+        tumbling = not (windows[(start_a, end_a)] | windows[(start_b, end_b)]) & sliding
+        if tumbling and start_b < end_a:
             overlapping += 1
     return Audit(
         results=len(results),
@@ -108,3 +115,14 @@ def audit(results: list[Result]) -> Audit:
         duplicate_results=sum(n - 1 for n in keys.values() if n > 1),
         overlapping_windows=overlapping,
     )
+
+
+def _sliding_queries(windows: dict[tuple[int, int], set[str]]) -> set[str]:
+    """Query versions two of whose windows overlap: sliding windows."""
+    by_query: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for span, owners in windows.items():
+        for owner in owners:
+            by_query[owner].append(span)
+    return {
+        query for query, spans in by_query.items() if any(b[0] < a[1] for a, b in itertools.pairwise(sorted(spans)))
+    }

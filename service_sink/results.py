@@ -5,7 +5,12 @@ Each row becomes a JSON object of all output columns (timestamps as epoch millis
 start and every group column, in output order, e.g. `{"window_start":1700000010000,"key":"k2"}`:
 timestamps as epoch milliseconds, other values as their JSON value and null as JSON null, so two
 distinct groups never share a key (docs/architecture.md, "One key per result"). A batch that Spark replays
-therefore overwrites its own results instead of adding to them.
+therefore overwrites its own results instead of adding to them. A sliding version's key also holds the
+window end: its window starting at S is not the old version's window starting at S.
+
+Each batch keeps only the windows its graph owns, by window end (contract.ownership): a graph that
+received rows from before its cut (a sliding window ending after W starts before W) closes partial
+windows at or before W, and they are not its own.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from hotswap.contract.ownership import OwnedWindows
 from hotswap.contract.settings import Settings
 
 # to_json drops null fields by default; every column stays, and a null group in the key stays
@@ -32,6 +38,9 @@ class ResultWriter:
         query_id: str,
         group_columns: tuple[str, ...],
         check_lease: Callable[[], None] | None = None,
+        *,
+        owned: Callable[[], OwnedWindows] | None = None,
+        key_window_end: bool = False,
     ) -> None:
         self._settings = settings
         self._query_id = query_id
@@ -39,14 +48,26 @@ class ResultWriter:
         # Raises when this executor lost its lease: a stalled executor's graph must fail at its next
         # batch, before it writes a result, whether or not its control loop ever wakes up.
         self._check_lease = check_lease
+        # The windows the graph owns, read once per batch (None: every window, as in tests of the writer).
+        self._owned = owned
+        self._key = ("window_start", "window_end") if key_window_end else ("window_start",)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if self._check_lease is not None:
             self._check_lease()
+        if self._owned is not None:
+            owned = self._owned()
+            if not owned.ranges:
+                # Nothing to emit, but the batch must still run in full: Spark checks that every
+                # state store of the query committed, and a filter that is plainly false would
+                # let the optimiser skip the query's plan altogether.
+                batch.write.format("noop").mode("overwrite").save()
+                return
+            batch = batch.where(_owned_condition(owned))
         types = {field.name: field.dataType for field in batch.schema.fields}
         value_columns = [_as_json_value(name, types[name]) for name in types]
         value_columns.append(F.lit(self._query_id).alias("query_id"))
-        key_columns = [_as_json_value(name, types[name]) for name in ("window_start", *self._group_columns)]
+        key_columns = [_as_json_value(name, types[name]) for name in (*self._key, *self._group_columns)]
         (
             batch.select(
                 F.to_json(F.struct(*key_columns), _KEEP_NULLS).alias("key"),
@@ -58,6 +79,20 @@ class ResultWriter:
             .mode("append")  # Kafka is written through DataSource V2, which needs it (spark_session.py)
             .save()
         )
+
+
+def _owned_condition(owned: OwnedWindows) -> Column:
+    """Rows whose window end (epoch ms) lies in one of the owned (after, through] ranges."""
+    end = F.unix_millis(F.col("window_end").cast("timestamp"))
+    condition = F.lit(False)
+    for after, through in owned.ranges:
+        part = F.lit(True)
+        if after is not None:
+            part = part & (end > F.lit(after))
+        if through is not None:
+            part = part & (end <= F.lit(through))
+        condition = condition | part
+    return condition
 
 
 def _as_json_value(name: str, data_type: T.DataType) -> Column:

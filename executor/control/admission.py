@@ -33,8 +33,8 @@ class Admission:
                 self._validate(swap, swaps)
 
     def _predecessor(self, swap: SwapRecord, swaps: list[SwapRecord]) -> tuple[str | None, int | None]:
-        """The query this swap will replace, and its window size: the target of the last swap
-        queued before it, or the current query."""
+        """The query this swap will replace, and the spacing of its window ends (its slide; its size
+        when tumbling): the target of the last swap queued before it, or the current query."""
         current = self._graphs.current()
         query_id = current.query_id if current else None
         for earlier in swaps:
@@ -45,21 +45,21 @@ class Admission:
         record = self._graphs.get(query_id) if query_id else None
         if record is None and query_id is not None:
             queued = next((s for s in swaps if s.to_query == query_id and s.new_window_ms), None)
-            return query_id, queued.new_window_ms if queued else None
-        return query_id, record.window_ms if record else None
+            return query_id, (queued.new_slide_ms or queued.new_window_ms) if queued else None
+        return query_id, record.windowing.grid_ms if record else None
 
     def _validate(self, swap: SwapRecord, swaps: list[SwapRecord]) -> None:
         bound = log.bind(swap_id=swap.id)
         if swap.source is None:
             self._journal.advance(swap.id, SwapPhase.REJECTED, error="swap carries no query")
             return
-        from_query, old_window = self._predecessor(swap, swaps)
+        from_query, old_grid = self._predecessor(swap, swaps)
         predecessor = self._graphs.get(from_query) if from_query else None
         try:
             # The schema it reads: its own, if it declares one, else the one of the query it replaces.
             base = GraphRunner.reads(predecessor) if predecessor else self._graphs.namespace_source
             reads = self._graphs.version_reads(swap.source, base)
-            shape = self._graphs.validate(swap.source, old_window, reads)
+            shape = self._graphs.validate(swap.source, old_grid, reads)
         except HotswapError as exc:
             bound.info("swap rejected", reason=str(exc))
             self._journal.advance(swap.id, SwapPhase.REJECTED, error=str(exc))
@@ -78,6 +78,7 @@ class Admission:
             when=lambda r: r.state is SwapPhase.SUBMITTED,
             to_query=query_id,
             new_window_ms=shape.window_ms,
+            new_slide_ms=shape.windowing.slide_ms,
         )
         if updated is not None:
             record = GraphRecord(
@@ -88,6 +89,7 @@ class Admission:
                 group_columns=shape.group_columns,
                 spark_query_id=new_spark_query_id(),
                 reads=reads,
+                slide_ms=shape.windowing.slide_ms,
             )
             self._graphs.save(record)
-            bound.info("swap validated", to_query=query_id, from_query=from_query, window_ms=shape.window_ms)
+            bound.info("swap validated", to_query=query_id, from_query=from_query, windows=shape.windowing.describe())

@@ -204,10 +204,11 @@ class Executor:
             group_columns=shape.group_columns,
             spark_query_id=new_spark_query_id(),
             reads=reads,
+            slide_ms=shape.windowing.slide_ms,
         )
         running = self.graphs.deploy(record)
         self.graphs.set_current(running)
-        log.info("initial execution graph running", query_id=query_id, window_ms=shape.window_ms)
+        log.info("initial execution graph running", query_id=query_id, windows=shape.windowing.describe())
 
     def _stopped(self) -> None:
         try:

@@ -20,7 +20,7 @@ from hotswap.contract.names import Keys
 from hotswap.contract.plans import DRY_RUN_TTL_S, DryRunPlan, DryRunRequest
 from hotswap.contract.records import read_current, read_graphs, read_service_state
 from hotswap.contract.settings import Settings
-from hotswap.contract.windows import cut_boundary
+from hotswap.contract.windows import Windowing, cut_boundary
 from hotswap.execution_graph.graph import GraphRunner, events_stream
 from hotswap.execution_graph.user_query import first_line
 from hotswap.executor.control.graphs import Graphs
@@ -37,15 +37,20 @@ def schema_ddl(schema: T.StructType) -> str:
 
 def predecessor(
     swaps: list[SwapRecord], current: str | None, graphs: dict[str, GraphRecord]
-) -> tuple[str | None, int | None]:
-    """The query a swap submitted now would replace when its turn came, and its window size: the
+) -> tuple[str | None, Windowing | None]:
+    """The query a swap submitted now would replace when its turn came, and its windows: the
     target of the last swap in flight, or the current query."""
-    query_id, window_ms = current, graphs[current].window_ms if current in graphs else None
+    query_id, windows = current, graphs[current].windowing if current in graphs else None
     for swap in swaps:
         if swap.state.is_in_flight:
             query_id = swap.to_query
-            window_ms = graphs[query_id].window_ms if query_id in graphs else swap.new_window_ms
-    return query_id, window_ms
+            if query_id in graphs:
+                windows = graphs[query_id].windowing
+            elif swap.new_window_ms is not None:
+                windows = Windowing.of(swap.new_window_ms, swap.new_slide_ms)
+            else:
+                windows = None
+    return query_id, windows
 
 
 class DryRuns:
@@ -78,7 +83,7 @@ class DryRuns:
         swaps = Journal(self._redis, self._keys).all()
         graphs = read_graphs(self._redis, self._keys)
         current = read_current(self._redis, self._keys)
-        replaces, old_window = predecessor(swaps, current.query_id if current else None, graphs)
+        replaces, old_windows = predecessor(swaps, current.query_id if current else None, graphs)
         service = read_service_state(self._redis, self._keys)
         lateness = self._settings.lateness_ms
         base = DryRunPlan(
@@ -86,7 +91,7 @@ class DryRuns:
             query=request.source.name,
             valid=False,
             replaces=replaces,
-            replaces_window_ms=old_window,
+            replaces_window_ms=old_windows.size_ms if old_windows else None,
             lateness_ms=lateness,
             service_watermark=service.watermark,
             ahead=tuple(s.id for s in swaps if not s.state.is_terminal),
@@ -100,19 +105,19 @@ class DryRuns:
             )
             stream = events_stream(self._spark, self._settings, self._settings.names.graph_topic("validation"), reads)
             base = base.changed(schema_ddl=schema_ddl(stream.schema))
-            shape = self._graphs.validate(request.source, old_window, reads)
+            shape = self._graphs.validate(request.source, old_windows.grid_ms if old_windows else None, reads)
         except HotswapError as exc:
             return base.changed(reason=str(exc), reason_code=getattr(exc, "reason_code", None))
         except Exception as exc:  # noqa: BLE001 - validation runs user code; nothing in it may stop the executor
             reason = f"query {request.source.name!r} could not be validated: {first_line(exc)}"
             return base.changed(reason=reason)
         cut = None
-        if service.max_window_end is not None and old_window is not None:
-            cut = cut_boundary(service.max_window_end, old_window, shape.window_ms)
+        if service.max_window_end is not None and old_windows is not None:
+            cut = cut_boundary(service.max_window_end, old_windows, shape.windowing, service.watermark)
         return base.changed(
             valid=True,
             window_ms=shape.window_ms,
-            slide_ms=getattr(shape, "slide_ms", None),
+            slide_ms=shape.windowing.slide_ms if shape.windowing.sliding else None,
             group_columns=shape.group_columns,
             columns=shape.columns,
             cut_window_end=cut,

@@ -17,6 +17,7 @@ from hotswap.contract.fence import Fence, fenced_write
 from hotswap.contract.lifecycle import RestartBudget
 from hotswap.contract.models import CurrentQuery, GraphRecord, GraphState, QuerySource, now_ms
 from hotswap.contract.names import Keys
+from hotswap.contract.ownership import read_owned_windows
 from hotswap.contract.records import read_current, read_graphs
 from hotswap.contract.settings import Settings
 from hotswap.contract.source import LEGACY_SOURCE, SourceFormat, SourceSpec
@@ -89,7 +90,8 @@ class Graphs:
     # -- validation ------------------------------------------------------------------------
     def validate(self, source: QuerySource, running_window_ms: int | None, reads: SourceSpec) -> QueryShape:
         """Analyse the query over the `events` its version would read (`reads`), over a stream of a
-        topic that is never started, so nothing is read."""
+        topic that is never started, so nothing is read. `running_window_ms`: the spacing of the
+        running query's window ends (its slide; its size when tumbling)."""
         stream = events_stream(self._spark, self._settings, self._settings.names.graph_topic("validation"), reads)
         return validate_query(self._spark, source, stream, running_window_ms)
 
@@ -162,7 +164,16 @@ class Graphs:
     def _writer(self, record: GraphRecord) -> ResultWriter:
         fence = self._fence
         check = None if fence is None else (lambda: fence.verify(self._redis))
-        return ResultWriter(self._settings, record.query_id, record.group_columns, check)
+        # Each batch emits only the windows this graph owns, as the journal says at that batch
+        # (contract.ownership; docs/architecture.md, "The ownership filter").
+        return ResultWriter(
+            self._settings,
+            record.query_id,
+            record.group_columns,
+            check,
+            owned=lambda: read_owned_windows(self._redis, self._keys, record),
+            key_window_end=record.windowing.sliding,
+        )
 
     def resume(self, record: GraphRecord) -> GraphRecord:
         """Restart a graph that was starting or running when the executor stopped."""

@@ -27,7 +27,7 @@ from hotswap.contract.models import GraphRecord, GraphState
 from hotswap.contract.names import Keys
 from hotswap.contract.records import read_progress
 from hotswap.contract.settings import Settings
-from hotswap.contract.windows import format_duration_ms, reached_cut, window_start
+from hotswap.contract.windows import Windowing, first_row_needed, format_duration_ms, reached_cut, window_start
 from hotswap.execution_graph.errors import QueryRejected
 from hotswap.execution_graph.validation import check_cuttable
 from hotswap.executor.control.admission import Admission
@@ -101,13 +101,16 @@ class SwapProtocol:
             self._fail(swap, "no query is serving to be replaced; the namespace needs `hotswap run --query FILE`")
             return None
         if swap.from_query != old.query_id:
+            new = Windowing.of(swap.new_window_ms, swap.new_slide_ms)
             try:
-                check_cuttable(old.window_ms, swap.new_window_ms)
+                check_cuttable(old.windowing.grid_ms, new.grid_ms, slides=old.windowing.sliding or new.sliding)
             except QueryRejected as exc:
                 self._fail(swap, f"{exc} (checked against {old.query_id}, which serves now)")
                 return None
             bound.info("swap starts", from_query=old.query_id)
-            return self._journal.update(swap.id, from_query=old.query_id, old_window_ms=old.window_ms)
+            return self._journal.update(
+                swap.id, from_query=old.query_id, old_window_ms=old.window_ms, old_slide_ms=old.windowing.slide_ms
+            )
         return swap
 
     def _activate_recovery(self, swap: SwapRecord, bound: structlog.typing.FilteringBoundLogger) -> SwapRecord | None:
@@ -132,19 +135,36 @@ class SwapProtocol:
             )
             return None
         self._graphs.runner.stop(dead.query_id)  # it must not emit another window once its successor starts
-        stopped_at = max(failed.cut_window_end, window_start(self._emitted_through(dead), dead.window_ms))
-        if stopped_at % swap.new_window_ms:
+        dead_windows = dead.windowing
+        new = Windowing.of(swap.new_window_ms, swap.new_slide_ms)
+        # The last window end it emitted, on its grid (window ends are multiples of the slide).
+        stopped_at = max(failed.cut_window_end, window_start(self._emitted_through(dead), dead_windows.grid_ms))
+        if stopped_at % new.grid_ms:
             self._fail(
                 swap,
                 f"{dead.query_id} emitted its windows through {clock(stopped_at)}, which is not a boundary of "
-                f"{format_duration_ms(swap.new_window_ms)} windows; use a window size that divides "
-                f"{format_duration_ms(dead.window_ms)}",
+                f"{new.describe()} windows; use a window size (or slide) that divides "
+                f"{format_duration_ms(dead_windows.grid_ms)}",
+            )
+            return None
+        # A sliding replacement's first window after that point starts size - slide before it; the
+        # buffer holds the rows the failed query received, from its own first window after its cut.
+        buffer_from = first_row_needed(failed.cut_window_end, dead_windows)
+        if first_row_needed(stopped_at, new) < buffer_from:
+            self._fail(
+                swap,
+                f"{new.describe()} windows ending after {clock(stopped_at)} need rows from "
+                f"{clock(first_row_needed(stopped_at, new))}, but the buffer of {dead.query_id} starts at "
+                f"{clock(buffer_from)}; use windows whose size minus slide is at most "
+                f"{format_duration_ms(stopped_at - buffer_from)}",
             )
             return None
         # Written before the deploy that uses them: the graph reads the failed graph's topic from there.
         self._graphs.save(record.changed(topic=dead.topic, start_after=stopped_at))
         bound.info("recovery starts", failed_query=dead.query_id, from_window_end=stopped_at)
-        return self._journal.update(swap.id, from_query=dead.query_id, old_window_ms=dead.window_ms)
+        return self._journal.update(
+            swap.id, from_query=dead.query_id, old_window_ms=dead.window_ms, old_slide_ms=dead_windows.slide_ms
+        )
 
     def _deploy(self, swap: SwapRecord, bound: structlog.typing.FilteringBoundLogger) -> None:
         record = self._graphs.get(swap.to_query)

@@ -11,6 +11,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from hotswap.contract import ownership
 from hotswap.contract.errors import ConfigError, TimeoutExpired
 from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
 from hotswap.contract.models import (
@@ -38,6 +39,7 @@ from hotswap.contract.status import (
     Status,
     SwapStatus,
 )
+from hotswap.contract.windows import Windowing
 from hotswap.execution_graph.source import load_query_source
 from hotswap.executor.control.waits import clock, start_blocker, waiting_for
 from hotswap.executor.errors import ExecutorError, SubmitRejected, SwapFailed
@@ -252,6 +254,7 @@ class Client:
                     state=g.state,
                     topic=g.topic,
                     window_ms=g.window_ms,
+                    slide_ms=g.windowing.slide_ms,
                     kind=g.source.kind,
                     started_at=g.started_at,
                     retired_at=g.retired_at,
@@ -323,21 +326,11 @@ class Client:
 
 def window_owners(swaps: list[SwapRecord], current: str | None) -> list[OwnerStatus]:
     """Which query version answers which windows: windows ending after `after` and at or before
-    `through` (null: unbounded). Each cut moves ownership, whether its swap completed, was rolled
-    back later (its windows stay its own) or is still draining."""
-    owners: list[OwnerStatus] = []
-    for swap in swaps:
-        moved = swap.state.is_past_cut or swap.state.is_done
-        moved = moved or swap.failed_after_cut
-        if swap.cut_window_end is None or swap.from_query is None or not moved:
-            continue
-        if not owners:
-            owners.append(OwnerStatus(query_id=swap.from_query, after=None, through=None))
-        owners[-1] = owners[-1].model_copy(update={"through": swap.cut_window_end})
-        owners.append(OwnerStatus(query_id=swap.to_query, after=swap.cut_window_end, through=None, swap_id=swap.id))
-    if not owners and current is not None:
-        owners.append(OwnerStatus(query_id=current, after=None, through=None))
-    return owners
+    `through` (null: unbounded), by the rule each graph's result writer applies (contract.ownership)."""
+    return [
+        OwnerStatus(query_id=o.query_id, after=o.after, through=o.through, swap_id=o.swap_id)
+        for o in ownership.window_owners(swaps, current)
+    ]
 
 
 def _swap_status(swap: SwapRecord, waiting: str | None, swaps: list[SwapRecord]) -> SwapStatus:
@@ -357,12 +350,19 @@ def _swap_status(swap: SwapRecord, waiting: str | None, swaps: list[SwapRecord])
         cut_batch=swap.cut_batch,
         old_window_ms=swap.old_window_ms,
         new_window_ms=swap.new_window_ms,
+        old_slide_ms=_slide(swap.old_window_ms, swap.old_slide_ms),
+        new_slide_ms=_slide(swap.new_window_ms, swap.new_slide_ms),
         phases=[PhaseStatus(name=p.name, at=p.at) for p in swap.phases],
         error=swap.error,
         waiting_for=waiting,
         rollback_of=swap.rollback_of,
         note=note,
     )
+
+
+def _slide(window_ms: int | None, slide_ms: int | None) -> int | None:
+    """A recorded slide, or the size for a record from before slides (tumbling); None while unknown."""
+    return None if window_ms is None else Windowing.of(window_ms, slide_ms).slide_ms
 
 
 def _progress_status(progress: GraphProgress | None) -> ProgressStatus | None:

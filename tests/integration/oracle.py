@@ -2,8 +2,14 @@
 the service graph and the documented rules alone, never from what hotswap reports about itself.
 
 - **The cut W** is read from the journal, then checked against the rule: the first boundary of both
-  window sizes at or after the largest window end among the rows routed before the cut's batch
-  (rows before the batch's start offsets in Spark's offset log).
+  versions' grids (their slides; their sizes when tumbling) at or after the largest window end E
+  among the rows routed before the cut's batch (rows before the batch's start offsets in Spark's
+  offset log), plus the new version's size minus its slide (its first window after W starts that
+  far before W, and every row of it must come after E). A sliding old version must also not have
+  closed a window after W: W >= min(watermark, E + its size - slide), the watermark being what
+  the routed rows imply when no partition was idle.
+- **Ownership** is by window end: version i answers the windows ending in (cut i-1, cut i], each
+  valued from every on-time source event in it, whichever versions the service graph sent it to.
 - **Late events** are predicted from event times and the lateness: a row is surely late when its
   event time is behind every partition's position minus the lateness, and can only be late when it
   is behind some partition's position minus the lateness (unless the whole source went quiet for
@@ -27,7 +33,6 @@ from typing import Any
 
 from hotswap.contract.journal import SwapRecord
 from hotswap.contract.settings import Settings
-from hotswap.contract.windows import cut_boundary, window_end
 from hotswap.service_sink.audit import Result, read_topic_records
 from tests.conftest import wait_until
 
@@ -128,6 +133,23 @@ class ServiceBatches:
         return self._order[i] if i < len(self._order) else None
 
 
+# -- the oracle's own window arithmetic (never the product's) ------------------------------------------
+def end_of_window(ts: int, size_ms: int) -> int:
+    """The end of the epoch-aligned window of `size_ms` holding `ts`."""
+    return ts - ts % size_ms + size_ms
+
+
+def window_ends(ts: int, size_ms: int, slide_ms: int) -> range:
+    """The ends of every window holding `ts`: windows of `size_ms` starting every `slide_ms` from the
+    epoch, so their ends lie on multiples of the slide in (ts, ts + size]."""
+    first = ts - ts % slide_ms + slide_ms
+    return range(first, ts + size_ms + 1, slide_ms)
+
+
+def first_multiple_at_or_after(value: int, step: int) -> int:
+    return -(-value // step) * step
+
+
 @dataclass
 class Truth:
     """What the source says, once every row was read: the rows that count, and how far windows closed."""
@@ -153,13 +175,24 @@ class Truth:
             assert swap.cut_batch is not None, swap
             assert swap.old_window_ms, swap
             assert swap.new_window_ms, swap
+            old_size, new_size = swap.old_window_ms, swap.new_window_ms
+            old_slide, new_slide = swap.old_slide_ms or old_size, swap.new_slide_ms or new_size
             start = self.batches.start_of(swap.cut_batch)
             routed = [
-                window_end(e.ts, self.settings.window_ms)
+                e
                 for e in self.events
                 if e.offset < start.get(e.partition, 0) and e.id not in self.dead and e.id not in self.late
             ]
-            rule = cut_boundary(max(routed, default=0), swap.old_window_ms, swap.new_window_ms)
+            if routed:
+                largest_end = max(end_of_window(e.ts, self.settings.window_ms) for e in routed)
+                tops: dict[int, int] = {}
+                for e in routed:
+                    tops[e.partition] = max(tops.get(e.partition, e.ts), e.ts)
+                watermark = min(tops.values()) - self.settings.lateness_ms
+                lower = max(largest_end + new_size - new_slide, min(watermark, largest_end + old_size - old_slide))
+                rule = first_multiple_at_or_after(lower, math.lcm(old_slide, new_slide))
+            else:
+                rule = 0
             assert w == rule, f"swap {swap.id} cut at {w}; the rule gives {rule} (batch {swap.cut_batch})"
         self.checked_cuts.append(w)
         return w
@@ -265,31 +298,43 @@ class Version:
     group: Callable[[SourceEvent], Any] = by_key  # the group an event counts in
     group_column: str = "key"  # the result column holding it
     keep: Callable[[SourceEvent], bool] = lambda event: True  # the query's own filter
+    slide_ms: int | None = None  # how often a window starts; None: tumbling (every window_ms)
+
+    @property
+    def slide(self) -> int:
+        return self.slide_ms or self.window_ms
+
+
+# A result's identity: (window_start, window_end, group).
+Identity = tuple[int, int, str]
+
+
+def owner_of(versions: list[Version], cuts: list[int], window_end: int) -> int:
+    """The index of the version answering windows ending at `window_end`: (cut i-1, cut i]."""
+    return bisect.bisect_left(cuts, window_end)
 
 
 def expected_results(
     events: list[SourceEvent], versions: list[Version], cuts: list[int], closed_until: int
-) -> dict[tuple[int, str], tuple[str, int, dict[str, float]]]:
-    """(window_start, key) -> (owning query, window_end, values) for every closed window.
+) -> dict[Identity, tuple[str, dict[str, float]]]:
+    """(window_start, window_end, group) -> (owning query, values) for every closed window.
 
-    Version i owns event times in [cuts[i-1], cuts[i]); windows close when their end is at or
-    before `closed_until`.
+    Version i owns the windows ending in (cuts[i-1], cuts[i]); each is valued from every event in
+    it, whichever version received it. Windows close when their end is at or before `closed_until`.
     """
-    bounds = [-math.inf, *cuts, math.inf]
+    assert len(cuts) == len(versions) - 1, (cuts, [v.query_id for v in versions])
     grouped: dict[tuple[int, str, int], list[SourceEvent]] = defaultdict(list)
     for e in events:
         for i, version in enumerate(versions):
-            if bounds[i] <= e.ts < bounds[i + 1]:
-                start = (e.ts // version.window_ms) * version.window_ms
-                if version.keep(e):
-                    grouped[(i, str(version.group(e)), start)].append(e)
-                break
-    out: dict[tuple[int, str], tuple[str, int, dict[str, float]]] = {}
-    for (i, key, start), group in grouped.items():
+            if not version.keep(e):
+                continue
+            for end in window_ends(e.ts, version.window_ms, version.slide):
+                if end <= closed_until and owner_of(versions, cuts, end) == i:
+                    grouped[(i, str(version.group(e)), end)].append(e)
+    out: dict[Identity, tuple[str, dict[str, float]]] = {}
+    for (i, group_value, end), group in grouped.items():
         version = versions[i]
-        end = start + version.window_ms
-        if end <= closed_until:
-            out[(start, key)] = (version.query_id, end, version.aggregate(group))
+        out[(end - version.window_ms, end, group_value)] = (version.query_id, version.aggregate(group))
     return out
 
 
@@ -317,35 +362,39 @@ def assert_invariants(
     *,
     allow_redelivery: bool = False,
 ) -> None:
-    """Exactly once per (window, group), owned by the right version, no gap, correct values.
+    """Exactly once per (window, group), owned by the right version, no gap, correct values, one key
+    per result.
 
     With `allow_redelivery` (after a crash) a result may appear twice in the topic, but only as
     the identical record with the same key (a replayed batch overwriting itself).
     """
-    bounds = [-math.inf, *cuts, math.inf]
-    seen: dict[tuple[int, str], Result] = {}
+    seen: dict[Identity, Result] = {}
+    keys: dict[str, Identity] = {}
     for r in results:
-        owner = next(v for i, v in enumerate(versions) if bounds[i] <= r.window_start < bounds[i + 1])
-        identity = (r.window_start, str(r.row[owner.group_column]))
+        # Ownership for every result, closed or not: windows ending at or before W are the old
+        # version's, the others the new one's, and each has that version's size and grid.
+        owner = versions[owner_of(versions, cuts, r.window_end)]
+        assert r.query_id == owner.query_id, (
+            f"window [{r.window_start}, {r.window_end}) answered by {r.query_id}, owner is {owner.query_id}"
+        )
+        assert r.window_end - r.window_start == owner.window_ms, f"{r.query_id} answered a window of another size: {r}"
+        assert r.window_end % owner.slide == 0, f"{r.query_id} answered a window off its grid: {r}"
+        identity = (r.window_start, r.window_end, str(r.row[owner.group_column]))
+        # One key per result: a reader that upserts by key keeps every (window, group) apart.
+        assert keys.setdefault(r.key, identity) == identity, f"key {r.key} holds {keys[r.key]} and {identity}"
         if identity in seen and allow_redelivery and same_result(seen[identity], r):
             continue
         assert identity not in seen, f"duplicate result for window {identity}: {seen[identity].row} and {r.row}"
         seen[identity] = r
     expected = expected_results(events, versions, cuts, closed_until)
     missing = sorted(set(expected) - set(seen))
-    assert not missing, f"{len(missing)} closed (window, key) results missing, first {missing[:5]}"
+    assert not missing, f"{len(missing)} closed (window, group) results missing, first {missing[:5]}"
     for identity, result in seen.items():
         if identity not in expected:
-            # A window that closed after `closed_until` may already be out; it must still be owned right.
+            # A window that closed after `closed_until` may already be out; it is owned right (above).
             continue
-        owner_id, end, values = expected[identity]
-        assert result.query_id == owner_id, f"window {identity} answered by {result.query_id}, owner is {owner_id}"
-        assert result.window_end == end, f"window {identity} ends at {result.window_end}, expected {end}"
+        _, values = expected[identity]
         for name, value in values.items():
             assert math.isclose(float(result.row[name]), value, rel_tol=1e-9, abs_tol=1e-6), (
                 f"window {identity} {name}={result.row[name]}, recomputed {value}"
             )
-    # Ownership for every result, closed or not: at or before W the old version, after it the new.
-    for r in results:
-        version = next(v for i, v in enumerate(versions) if bounds[i] <= r.window_start < bounds[i + 1])
-        assert r.query_id == version.query_id, f"window starting {r.window_start} answered by {r.query_id}"

@@ -136,7 +136,7 @@ BAD_QUERIES = [
     ("no_window_columns.sql", "no window_start column"),
     ("not_windowed.sql", "aggregates without an event-time window"),
     ("misaligned_window.sql", "share a boundary only every"),
-    ("sliding_window.sql", "overlapping (sliding) windows"),
+    ("uneven_slide.sql", "which does not divide their size"),
     ("no_query_function.py", "defines no function query"),
     ("query_raises.py", "ValueError: model weights not found"),
     ("python_syntax_error.py", "syntax error"),

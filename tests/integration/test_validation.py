@@ -193,6 +193,12 @@ VALID = [
         ("key", "value"),
         id="not-aggregated",
     ),
+    pytest.param(
+        sql(f"{WINDOW}, key, count(*) AS n FROM events GROUP BY window(event_time, '30 seconds', '10 seconds'), key"),
+        30_000,
+        ("key",),
+        id="sliding",
+    ),
 ]
 
 
@@ -246,13 +252,36 @@ def test_every_valid_query_runs_on_a_stream(spark: SparkSession, services: Servi
 
 def test_the_example_queries_group_by_key(spark: SparkSession, events: DataFrame) -> None:
     examples = REPO / "examples"
-    for name, window_ms in (
-        ("count_per_key.sql", 10_000),
-        ("max_per_key_30s.sql", 30_000),
-        ("average_per_key.py", 10_000),
+    for name, window_ms, slide_ms in (
+        ("count_per_key.sql", 10_000, 10_000),
+        ("max_per_key_30s.sql", 30_000, 30_000),
+        ("average_per_key.py", 10_000, 10_000),
+        ("count_per_key_30s_every_10s.sql", 30_000, 10_000),
     ):
         shape = validate(spark, events, load_query_source(examples / name))
-        assert (shape.window_ms, shape.group_columns) == (window_ms, ("key",)), name
+        assert (shape.window_ms, shape.windowing.slide_ms, shape.group_columns) == (window_ms, slide_ms, ("key",)), name
+
+
+@pytest.mark.parametrize(
+    ("window", "size_ms", "slide_ms"),
+    [
+        ("'30 seconds', '10 seconds'", 30_000, 10_000),
+        ("'1 minute', '20 seconds'", 60_000, 20_000),
+        ("'20 seconds', '20 seconds'", 20_000, 20_000),  # a slide equal to the size: tumbling
+        ("'20 seconds'", 20_000, 20_000),
+    ],
+)
+def test_a_window_is_read_with_its_size_and_slide(
+    spark: SparkSession, events: DataFrame, window: str, size_ms: int, slide_ms: int
+) -> None:
+    shape = validate(
+        spark, events, sql(f"{WINDOW}, key, count(*) AS n FROM events GROUP BY window(event_time, {window}), key")
+    )
+    assert (shape.window_ms, shape.windowing.slide_ms, shape.windowing.sliding) == (
+        size_ms,
+        slide_ms,
+        size_ms != slide_ms,
+    )
 
 
 # (file in tests/integration/queries/bad, or query text) -> the one-line reason, or the part of it
@@ -272,7 +301,10 @@ BAD_FILES = {
         "window sizes 10s and 999ms share a boundary only every 9990s; "
         "choose a size that divides or is a multiple of the running one"
     ),
-    "sliding_window.sql": "query 'sliding_window' uses overlapping (sliding) windows; only tumbling windows can be cut",
+    "uneven_slide.sql": (
+        "query 'uneven_slide' slides its 10s windows every 4s, which does not divide their size; "
+        "choose a slide that divides the window size"
+    ),
     "no_query_function.py": "query 'no_query_function' defines no function query(events) -> DataFrame",
     "query_raises.py": "query 'query_raises' raised: ValueError: model weights not found",
     "python_syntax_error.py": "query 'python_syntax_error' has a syntax error: ",
@@ -288,13 +320,33 @@ BAD_TEXTS = [
     pytest.param(
         f"{WINDOW}, key, count(*) AS n FROM events GROUP BY window(event_time, '10 seconds'), key UNION ALL "
         f"{WINDOW}, key, count(*) AS n FROM events GROUP BY window(event_time, '20 seconds'), key",
-        "query 'candidate' produces windows of several sizes; only tumbling windows can be cut",
+        "query 'candidate' produces windows of several sizes or slides; a query can be cut only with one window",
         id="several-sizes",
+    ),
+    pytest.param(
+        f"{WINDOW}, key, count(*) AS n FROM events GROUP BY window(event_time, '30 seconds', '10 seconds'), key "
+        f"UNION ALL {WINDOW}, key, count(*) AS n FROM events GROUP BY window(event_time, '30 seconds'), key",
+        "query 'candidate' produces windows of several sizes or slides; a query can be cut only with one window",
+        id="several-slides",
+    ),
+    pytest.param(
+        f"{WINDOW}, key, count(*) AS n FROM events "
+        "GROUP BY window(event_time, '30 seconds', '10 seconds', '5 seconds'), key",
+        "query 'candidate' windows are offset from the epoch; drop the window() startTime argument",
+        id="sliding-offset",
+    ),
+    pytest.param(
+        f"{WINDOW}, key, count(*) AS n FROM events GROUP BY window(event_time, '3003 milliseconds', "
+        "'1001 milliseconds'), key",
+        "window slides 10s and 1001ms share a boundary only every 10010s; "
+        "choose a slide that divides or is a multiple of the running one",
+        id="sliding-not-cuttable",
     ),
     pytest.param(
         "SELECT session_window.start AS window_start, session_window.end AS window_end, key, count(*) AS n "
         "FROM events GROUP BY session_window(event_time, '10 seconds'), key",
-        "query 'candidate' uses session windows, whose sizes vary; only tumbling windows can be cut",
+        "query 'candidate' uses session windows, whose boundaries are known only once the rows have arrived; "
+        "only tumbling and sliding windows can be cut",
         id="session",
     ),
     pytest.param(

@@ -133,6 +133,8 @@ def test_status_json_keeps_the_documented_field_names(
         "cut_batch",
         "old_window_ms",
         "new_window_ms",
+        "old_slide_ms",
+        "new_slide_ms",
         "phases",
         "error",
         "waiting_for",
@@ -147,6 +149,8 @@ def test_status_json_keeps_the_documented_field_names(
     ]
     assert doc["service"]["partitions"]["10"] == {"window_end": 40_000, "event_time": None, "offset": 5, "idle": False}
     assert set(doc["graphs"]["a"]) >= {"state", "topic", "window_ms", "kind", "started_at", "retired_at", "progress"}
+    # A graph recorded before slides were is tumbling: it slides by its size.
+    assert (doc["graphs"]["b"]["window_ms"], doc["graphs"]["b"]["slide_ms"]) == (30_000, 30_000)
     assert {"dead_letters", "source"} <= set(doc)
     assert Status.model_validate(doc) == status_of(server)
 

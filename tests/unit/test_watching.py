@@ -34,6 +34,7 @@ from hotswap.contract.names import Keys
 from hotswap.contract.plans import DryRunRequest
 from hotswap.contract.settings import Settings
 from hotswap.contract.source import LEGACY_SOURCE, SourceSpec
+from hotswap.contract.windows import Windowing
 from hotswap.executor.control import dry_run
 from hotswap.executor.control.dry_run import DryRuns, predecessor
 from hotswap.executor.operator import cli, client
@@ -382,6 +383,7 @@ class Shape:
     window_ms = 30_000
     columns = ("window_start", "window_end", "key", "peak")
     group_columns = ("key",)
+    windowing = Windowing(30_000, 30_000)
 
 
 class Stream:
@@ -460,8 +462,8 @@ def test_a_rejected_dry_run_says_why(server: fakeredis.FakeServer, monkeypatch: 
 def test_the_query_a_submit_would_replace_is_the_last_one_in_flight() -> None:
     graphs = {"a": GraphRecord(query_id="a", source=source("a"), window_ms=10_000, topic="t")}
     queued = SwapRecord(id="q", to_query="z", state=SwapPhase.VALIDATED, new_window_ms=20_000)
-    assert predecessor([], "a", graphs) == ("a", 10_000)
-    assert predecessor([queued], "a", graphs) == ("z", 20_000)
+    assert predecessor([], "a", graphs) == ("a", Windowing(10_000, 10_000))
+    assert predecessor([queued], "a", graphs) == ("z", Windowing(20_000, 20_000))
 
 
 def test_a_rejected_dry_run_exits_1_with_the_plan_on_stdout(

@@ -2,6 +2,7 @@ import pytest
 
 from hotswap.contract.errors import ConfigError
 from hotswap.contract.windows import (
+    Windowing,
     common_boundary_ms,
     cut_boundary,
     format_duration_ms,
@@ -37,17 +38,21 @@ def test_windows_are_aligned_to_the_epoch() -> None:
     assert window_start(1_700_000_020_000, 10_000) == 1_700_000_020_000
 
 
+def tumbling(size_ms: int) -> Windowing:
+    return Windowing.of(size_ms)
+
+
 def test_cut_rounds_up_to_a_boundary_shared_by_both_sizes() -> None:
     # From 10 s to 30 s windows, the cut falls on a multiple of 30 s at or after the largest window end.
-    assert cut_boundary(1_700_000_020_000, 10_000, 30_000) == 1_700_000_040_000
-    assert cut_boundary(1_700_000_040_000, 10_000, 30_000) == 1_700_000_040_000
+    assert cut_boundary(1_700_000_020_000, tumbling(10_000), tumbling(30_000)) == 1_700_000_040_000
+    assert cut_boundary(1_700_000_040_000, tumbling(10_000), tumbling(30_000)) == 1_700_000_040_000
     # 20 s and 30 s windows share a boundary every minute.
     assert common_boundary_ms(20_000, 30_000) == 60_000
-    assert cut_boundary(1_700_000_020_000, 20_000, 30_000) % 60_000 == 0
+    assert cut_boundary(1_700_000_020_000, tumbling(20_000), tumbling(30_000)) % 60_000 == 0
 
 
 def test_cut_of_equal_sizes_is_the_current_window_end() -> None:
-    assert cut_boundary(1_700_000_050_000, 10_000, 10_000) == 1_700_000_050_000
+    assert cut_boundary(1_700_000_050_000, tumbling(10_000), tumbling(10_000)) == 1_700_000_050_000
 
 
 def test_a_cut_is_reached_by_a_watermark_at_it_and_a_cut_at_zero_at_once() -> None:
