@@ -16,6 +16,7 @@ from hotswap.contract.errors import HotswapError
 from hotswap.contract.fence import Fence, fenced
 from hotswap.contract.models import QuerySource, Record, now_ms
 from hotswap.contract.names import Keys
+from hotswap.contract.reasons import ReasonCode
 
 
 class SwapPhase(StrEnum):
@@ -127,6 +128,8 @@ class SwapRecord(Record):
     old_window_ms: int | None = None
     markers_written: bool = False
     error: str | None = None
+    # Beside `error`, for every failure, rejection and abort: a word a program can match (contract.reasons).
+    reason_code: ReasonCode | None = None
     rollback_of: str | None = None  # the swap this one undoes (a swap back to its previous query)
     # A swap whose new query failed for good after its cut: this one's query takes over that
     # query's buffer (its topic) for every window it did not emit. Its cut is decided by the
