@@ -24,6 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from hotswap.contract.models import QuerySource
+from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.windows import common_boundary_ms, format_duration_ms
 from hotswap.execution_graph.errors import QueryRejected
 from hotswap.execution_graph.plan import Origin, Plan
@@ -72,7 +73,8 @@ def check_cuttable(old_ms: int, new_ms: int) -> None:
     if step > MAX_BOUNDARY_SPREAD * max(old_ms, new_ms):
         raise QueryRejected(
             f"window sizes {format_duration_ms(old_ms)} and {format_duration_ms(new_ms)} share a boundary only every "
-            f"{format_duration_ms(step)}; choose a size that divides or is a multiple of the running one"
+            f"{format_duration_ms(step)}; choose a size that divides or is a multiple of the running one",
+            ReasonCode.WINDOWS_NOT_CUTTABLE,
         )
 
 

@@ -54,10 +54,10 @@ def median_event_time(parsed: DataFrame) -> int | None:
 
 def route(parsed: DataFrame, plan: RoutingPlan, settings: Settings) -> DataFrame:
     """Adds `topic`, `key`, `value`, `headers` for the Kafka sink, plus `route` for stats."""
-    size = settings.window_ms
+    size = settings.window.ms
     late = "false" if plan.late_before is None else f"e.ts < {plan.late_before}"
     ahead = "false" if plan.ahead_after is None else f"e.ts > {plan.ahead_after}"
-    jump = _sql_str(f"event time more than {format_duration_ms(settings.max_time_jump_ms)} ahead of the watermark")
+    jump = _sql_str(f"event time more than {format_duration_ms(settings.max_time_jump.ms)} ahead of the watermark")
     old = "false" if plan.cut is None else f"e.ts < {plan.cut.boundary}"
     old_topic = _sql_str(plan.cut.old_topic) if plan.cut is not None else "NULL"
     reasoned = parsed.selectExpr(

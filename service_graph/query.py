@@ -23,11 +23,10 @@ import redis
 import structlog
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
-from redis.client import Pipeline
 
 from hotswap.contract.faults import crash_point
-from hotswap.contract.fence import Fence, fenced_write
-from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
+from hotswap.contract.fence import Batch, Fence, fenced_write
+from hotswap.contract.journal import Journal, SwapPhase, SwapRecord, active_swap
 from hotswap.contract.lifecycle import RestartBudget, stop_between_batches
 from hotswap.contract.models import GraphRecord, RoutingPlan, ServiceState, now_ms
 from hotswap.contract.names import Keys
@@ -40,7 +39,6 @@ from hotswap.service_graph.kafka_io import MarkerWriter, SourceOffsets
 from hotswap.service_graph.routing import (
     IdleClock,
     PartitionBatchStats,
-    active_swap,
     advance_state,
     decide_cut,
     expired_rows,
@@ -71,10 +69,10 @@ class ServiceGraph:
         self._markers = MarkerWriter(settings)
         self._source = SourceOffsets(settings)
         self._lock = threading.Lock()
-        self._idle = IdleClock(settings.idle_timeout_ms, time.monotonic())
+        self._idle = IdleClock(settings.idle_timeout.ms if settings.idle_timeout else None, time.monotonic())
         self._last_advance = 0.0
         self.query: StreamingQuery | None = None
-        self._restarts = RestartBudget(settings.query_restarts, settings.query_restart_backoff_s)
+        self._restarts = RestartBudget(settings.query_restarts, settings.query_restart_backoff.s)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> StreamingQuery:
@@ -163,10 +161,10 @@ class ServiceGraph:
         if swap is not None and self._cut_due(swap) and self._take_cut(swap, state, batch_id):
             swaps = self._journal.all()
         median = median_event_time(parsed) if state.watermark is None else None
-        ahead_after = time_jump_limit(state.watermark, median, self._settings.max_time_jump_ms)
+        ahead_after = time_jump_limit(state.watermark, median, self._settings.max_time_jump.ms)
         plan = self._next_plan(batch_id, state, swaps, ahead_after)
 
-        def queue(pipe: Pipeline) -> None:
+        def queue(pipe: Batch) -> None:
             pipe.set(self._keys.routing_plan(batch_id), plan.model_dump_json())
             pipe.delete(self._keys.routing_plan(batch_id - PLANS_KEPT))
 
@@ -217,7 +215,7 @@ class ServiceGraph:
             batch_id,
             stats,
             now_ms=now_ms(),
-            lateness_ms=self._settings.lateness_ms,
+            lateness_ms=self._settings.lateness.ms,
             idleness=self._idle.idleness(partitions, idle, now),
         )
 
@@ -273,7 +271,7 @@ class ServiceGraph:
                 "expired_records": self._expired(before, stats),
             }
 
-        def queue(pipe: Pipeline) -> None:
+        def queue(pipe: Batch) -> None:
             pipe.set(self._keys.service, after.model_dump_json())
             for name, count in counts.items():
                 if count:
@@ -309,8 +307,8 @@ class ServiceGraph:
         swap = self._record_draining(plan) if draining else None
         markers = graph_markers(plan, state.watermark)
         self._markers.write(markers)
-        # A swap that failed after its cut still gets its markers: the old graph must finish.
-        needs_note = swap is not None and (swap.state is SwapPhase.DRAINING or swap.failed_after_cut)
+        # A stranded swap still gets its markers: the old graph must finish.
+        needs_note = swap is not None and (swap.state is SwapPhase.DRAINING or swap.state.is_stranded)
         if swap is not None and needs_note and not swap.markers_written:
             self._journal.update(swap.id, markers_written=True)
             log.info("end-of-window marker written", swap_id=swap.id, query_id=swap.from_query)

@@ -138,7 +138,7 @@ class Truth:
             assert swap.new_window_ms, swap
             start = self.batches.start_of(swap.cut_batch)
             routed = [
-                window_end(e.ts, self.settings.window_ms)
+                window_end(e.ts, self.settings.window.ms)
                 for e in self.events
                 if e.offset < start.get(e.partition, 0) and e.id not in self.dead and e.id not in self.late
             ]
@@ -180,7 +180,7 @@ def settle(settings: Settings, watermark_of_final: Callable[[], int], timeout_s:
     dead = event_ids(settings, settings.names.dead_letter_topic)
     late = event_ids(settings, settings.names.late_topic)
     check_late(settings, events, late, dead)
-    closed_until = horizon((e for e in events if e.id not in late and e.id not in dead), settings.lateness_ms)
+    closed_until = horizon((e for e in events if e.id not in late and e.id not in dead), settings.lateness.ms)
     wait_until(lambda: watermark_of_final() >= closed_until, timeout_s, f"every window through {closed_until} to close")
     return Truth(settings, events, late, dead, ServiceBatches(settings), closed_until)
 
@@ -194,8 +194,8 @@ def check_late(settings: Settings, events: list[SourceEvent], late: set[EventId]
         assert batch_id is not None or e.id not in late, f"row {e.id} is in the late topic but was never read"
         if batch_id is not None:
             by_batch[batch_id].append(e)
-    lateness = settings.lateness_ms
-    idle_ms = settings.idle_timeout_ms
+    lateness = settings.lateness.ms
+    idle_ms = settings.idle_timeout.ms if settings.idle_timeout else None
     positions: dict[int, int] = {}
     last_created: int | None = None
     quiet_seen = False
