@@ -222,8 +222,8 @@ def test_a_stranded_swap_holds_back_the_queue_and_its_fix_goes_first(world: Worl
     blocker = start_blocker(current, world.graphs.get_many(graphs_to_start(current, swaps)), swaps)
     said = waiting_for(world.journal.get(queued), swaps, ServiceState(), {}, {}, blocker)
     assert said == (
-        f"its turn: swap {forward} is stranded (its query b failed for good after its cut): `hotswap rollback {forward}` "
-        f"or `hotswap submit FILE --fix {forward}` takes it over first"
+        f"its turn: swap {forward} is stranded (its query b failed for good after its cut): "
+        f"`hotswap rollback {forward}` or `hotswap submit FILE --fix {forward}` takes it over first"
     )
     fix = SwapRecord(id="fix", to_query="d", source=query("d", 10_000), recovers=forward)
     world.journal.create(fix)

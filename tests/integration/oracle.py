@@ -26,11 +26,25 @@ from dataclasses import dataclass, field
 
 from hotswap.contract.journal import SwapRecord
 from hotswap.contract.settings import Settings
-from hotswap.contract.windows import cut_boundary, window_end
 from hotswap.service_sink.audit import Result, read_topic_records
 from tests.conftest import wait_until
 
 EventId = tuple[int, int]  # (source partition, offset)
+
+
+# -- the documented rules, in the oracle's own arithmetic (none of the product's) ------------------
+def end_of_window(ts: int, size_ms: int) -> int:
+    """The end of the tumbling, epoch-aligned window of size `size_ms` that holds event time `ts`."""
+    return (ts // size_ms + 1) * size_ms
+
+
+def rule_cut(largest_routed_end: int, old_size_ms: int, new_size_ms: int) -> int:
+    """README, "How a swap works": W is the first boundary at or after the largest window end routed
+    before the cut's batch that both window sizes share (a multiple of their least common multiple)."""
+    shared = math.lcm(old_size_ms, new_size_ms)
+    return (largest_routed_end + shared - 1) // shared * shared
+
+
 # Spark keeps its offset log for the last 20 batches by default (spark_session.py); the oracle reads
 # every batch's offsets, so test sessions keep them all.
 KEEP_EVERY_BATCH = {"spark.sql.streaming.minBatchesToRetain": "1000000"}
@@ -138,11 +152,11 @@ class Truth:
             assert swap.new_window_ms, swap
             start = self.batches.start_of(swap.cut_batch)
             routed = [
-                window_end(e.ts, self.settings.window.ms)
+                end_of_window(e.ts, self.settings.window.ms)
                 for e in self.events
                 if e.offset < start.get(e.partition, 0) and e.id not in self.dead and e.id not in self.late
             ]
-            rule = cut_boundary(max(routed, default=0), swap.old_window_ms, swap.new_window_ms)
+            rule = rule_cut(max(routed, default=0), swap.old_window_ms, swap.new_window_ms)
             assert w == rule, f"swap {swap.id} cut at {w}; the rule gives {rule} (batch {swap.cut_batch})"
         self.checked_cuts.append(w)
         return w

@@ -24,9 +24,9 @@ from hotswap.contract.models import (
     ServiceState,
 )
 from hotswap.contract.names import Keys
-from hotswap.contract.settings import Settings
 from hotswap.contract.phases import diagram_markdown
 from hotswap.contract.reasons import ReasonCode
+from hotswap.contract.settings import Settings
 from hotswap.contract.status import Status, json_schema_text
 from hotswap.executor.operator import cli, client
 
