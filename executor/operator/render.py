@@ -53,7 +53,7 @@ def render_status(doc: Status) -> None:
             s.state,
             iso(s.cut_window_end),
             " > ".join(p.name for p in s.phases),
-            s.error or s.waiting_for or s.note or "",
+            (f"{s.reason_code}: {s.error}" if s.reason_code else s.error) or s.waiting_for or s.note or "",
         )
     console.print(swaps)
     owners = " | ".join(
