@@ -107,3 +107,24 @@ def test_a_journal_from_before_the_index_gets_it_and_its_failed_after_cut_swaps_
     ]
     assert journal.get("failed-before").state is SwapPhase.FAILED
     assert not journal.build_index()  # once
+
+
+def test_reading_open_swaps_reads_none_of_the_ended_ones(journal: Journal, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The executor's tick and the service graph read `open()`: 200 swaps of history cost it nothing."""
+    for n in range(200):
+        journal.create(SwapRecord(id=f"old{n}", to_query="q"))
+        journal.advance(f"old{n}", SwapPhase.REJECTED, error="refused")
+    journal.create(SwapRecord(id="now", to_query="q"))
+    parsed: list[str] = []
+    original = SwapRecord.model_validate_json
+
+    def counting(raw: str | bytes, **kwargs: object) -> SwapRecord:
+        record = original(raw)
+        parsed.append(record.id)
+        return record
+
+    monkeypatch.setattr(SwapRecord, "model_validate_json", counting)
+    assert [s.id for s in journal.open()] == ["now"]
+    assert parsed == ["now"]
+    monkeypatch.undo()
+    assert len(journal.all()) == 201
