@@ -425,6 +425,8 @@ class SwapProtocol:
         step, and retire the old graph of a stranded swap once it has emitted its windows through W."""
         open_ids = {s.id for s in swaps}
         for swap_id in self._open_ids - open_ids:
+            self._deploy_began.pop(swap_id, None)
+            self._cut_awaited.pop(swap_id, None)
             ended = self._journal.find(swap_id)
             if ended is not None and ended.state.is_terminal and not ended.state.is_done:
                 self._remove_graph_of(ended)
