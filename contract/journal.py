@@ -125,6 +125,8 @@ class Also:
     current: CurrentQuery | None = None
     # Another swap moved at the same instant: (its id, the phase), e.g. the swap a rollback undid.
     relabel: tuple[str, SwapPhase] | None = None
+    # More commands of the same write (for example the service graph's routing plan and state with a cut).
+    queue: Callable[[Batch], object] | None = None
 
 
 class Journal:
@@ -199,9 +201,10 @@ class Journal:
 
         return self._compare_and_set(swap, change, also or Also())
 
-    def record_cut(self, swap_id: str, boundary: int, batch_id: int, **changes: Any) -> SwapRecord | None:
+    def record_cut(self, swap_id: str | SwapRecord, boundary: int, batch_id: int, **changes: Any) -> SwapRecord | None:
         """The service graph's cut: W and the batch it first applies to, only while the swap is still
-        `deployed` (an abort that got there first wins; then None)."""
+        `deployed` (an abort that got there first wins; then None). `also=Also(queue=...)` adds the
+        batch's other writes (its routing plan, say) to the same fenced write."""
         return self.advance(
             swap_id,
             SwapPhase.CUT,
@@ -211,7 +214,7 @@ class Journal:
             **changes,
         )
 
-    def record_draining(self, swap_id: str, **changes: Any) -> SwapRecord | None:
+    def record_draining(self, swap_id: str | SwapRecord, **changes: Any) -> SwapRecord | None:
         """The service watermark passed W; None if another writer recorded it first."""
         return self.advance(swap_id, SwapPhase.DRAINING, when=lambda record: record.state is SwapPhase.CUT, **changes)
 
@@ -249,6 +252,8 @@ class Journal:
                 batch.hset(self._keys.graphs, graph.query_id, graph.model_dump_json())
             if also.current is not None:
                 batch.set(self._keys.current, also.current.model_dump_json())
+            if also.queue is not None:
+                also.queue(batch)
             if write(self._redis, self._fence, batch):
                 return updated
             raw = self._raw(swap_id)

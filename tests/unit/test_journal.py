@@ -2,6 +2,7 @@ import fakeredis
 import pytest
 
 from hotswap.contract.journal import (
+    Also,
     Journal,
     SwapPhase,
     SwapRecord,
@@ -128,3 +129,20 @@ def test_reading_open_swaps_reads_none_of_the_ended_ones(journal: Journal, monke
     assert parsed == ["now"]
     monkeypatch.undo()
     assert len(journal.all()) == 201
+
+
+def test_a_cut_can_carry_the_batch_s_other_writes_in_its_own_write() -> None:
+    keys = Keys("unit")
+    client = fakeredis.FakeRedis()
+    journal = Journal(client, keys)
+    journal.create(SwapRecord(id="s", to_query="b"))
+    for phase in (SwapPhase.VALIDATED, SwapPhase.DEPLOYING, SwapPhase.DEPLOYED):
+        journal.advance("s", phase)
+    plan = Also(queue=lambda batch: batch.set(keys.routing_plan(7), "{}"))
+    cut = journal.record_cut(journal.get("s"), 60_000, 7, also=plan)
+    assert cut is not None
+    assert (cut.state, cut.cut_window_end, cut.cut_batch) == (SwapPhase.CUT, 60_000, 7)
+    assert client.get(keys.routing_plan(7)) == b"{}"
+    journal.advance("s", SwapPhase.ABORTED, when=lambda r: r.state.is_before_cut)  # refused: nothing written
+    assert journal.record_cut("s", 90_000, 8, also=Also(queue=lambda b: b.set(keys.routing_plan(8), "{}"))) is None
+    assert client.get(keys.routing_plan(8)) is None
