@@ -79,7 +79,7 @@ def test_a_new_query_slow_to_start_buffers_its_rows_in_its_topic(
         load.stop()
         truth = settle(settings, lambda: committed_watermark(client, "slow_start"))
 
-    assert tally(tmp_path, "slow_start", "stalled") == 1
+    assert tally(tmp_path, "slow_start", "stalled") >= 1  # once per task of its first batch with live rows
     versions = [Version("count_per_key", 10_000, count_and_total), Version("slow_start", 10_000, count_and_total)]
     assert_invariants(read_results(settings), truth.on_time, versions, [truth.cut(done)], truth.closed_until)
 
