@@ -252,7 +252,8 @@ def fails_to_start(tmp_path: Path) -> Path:
 
 
 def stalls_once(tmp_path: Path, sleep_s: float) -> Path:
-    """A query whose first batch of live events stalls for `sleep_s`, as a query with a slow start would."""
+    """A query whose first batch of live events stalls for `sleep_s` (each of its tasks, once), as a query
+    with a slow start would."""
     return python_query(
         tmp_path,
         "slow_start",
