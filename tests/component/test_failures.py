@@ -45,7 +45,8 @@ from hotswap.execution_graph.errors import GraphStartFailed
 from hotswap.executor.control.controller import FATAL
 from hotswap.executor.control.lease import Lease
 from hotswap.executor.control.transient import TransientErrorsPersisted, is_transient, retry_transient
-from hotswap.executor.errors import LeaseHeld
+from hotswap.executor.errors import LeaseHeld, SwapFailed
+from hotswap.executor.operator.client import Client
 from hotswap.service_graph.errors import ServiceGraphError
 from hotswap.service_graph.query import ServiceGraph
 from tests.component.fakes import NO_SPARK, ManualClock, World, query
@@ -391,3 +392,13 @@ def test_transient_failures_in_a_tick_are_retried_by_the_executor_loop(world: Wo
     redis_down = redis.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
     for error in (gave_up, not_started, redis_down):
         assert not isinstance(error, FATAL), error
+
+
+def test_the_cli_s_exit_message_carries_the_reason_code(world: World) -> None:
+    world.graphs.fake_runner.start_fails["b"] = "checkpoint belongs to another Spark query"
+    swap_id = world.submit("b", 30_000)
+    world.deploy(swap_id)
+    with pytest.raises(SwapFailed) as failed:
+        Client(world.settings, world.client).wait_until_done(swap_id, 1)
+    assert failed.value.reason_code is ReasonCode.DEPLOY_FAILED
+    assert str(failed.value).startswith(f"swap {swap_id} failed (deploy_failed): execution graph b failed to start")
