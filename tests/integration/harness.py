@@ -167,7 +167,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 STATE = {state!r}
-LIVE_FROM = 1_790_000_000_000  # this test's live events are from 2027 on; validation sees none
+LIVE_FROM = {live_from}  # rows from this event time on are this test's live events
 
 
 def _count(counter):
@@ -204,12 +204,17 @@ def query(events: DataFrame) -> DataFrame:
 """
 
 
-def python_query(tmp_path: Path, name: str, *, on_call: str = "", on_live_row: str = "") -> Path:
+LIVE_FROM_2027 = 1_790_000_000_000
+
+
+def python_query(
+    tmp_path: Path, name: str, *, on_call: str = "", on_live_row: str = "", live_from: int = LIVE_FROM_2027
+) -> Path:
     """The one Spark query the tests write: 10 s windows per key with `n` (count) and `total` (sum),
     as examples/count_per_key.sql computes them, in a Python file `<name>.py` with two hooks:
     `on_call` runs each time `query(events)` is called (`calls`: how many times before), and
-    `on_live_row` for each live event (`ts`), where `_count(counter)` and `_tally(counter)` read and
-    count across processes."""
+    `on_live_row` for each live event (`ts`: from `live_from` on, by default this test's events from
+    2027 on), where `_count(counter)` and `_tally(counter)` read and count across processes."""
     state = tmp_path / f"{name}.state"
     state.mkdir(parents=True, exist_ok=True)
     path = tmp_path / f"{name}.py"
@@ -219,6 +224,7 @@ def python_query(tmp_path: Path, name: str, *, on_call: str = "", on_live_row: s
             on_live_row=_indented(on_live_row or "pass", 8),
             on_call=_indented(on_call or "pass", 4),
             per_row=bool(on_live_row),
+            live_from=live_from,
         )
     )
     return path
@@ -267,9 +273,9 @@ def flaky(tmp_path: Path, failures: int) -> Path:
     return python_query(tmp_path, "flaky", on_live_row=fail)
 
 
-def fails_on_live_rows(tmp_path: Path, name: str) -> Path:
-    """A query that fails on every batch with live events, for good."""
-    return python_query(tmp_path, name, on_live_row="raise RuntimeError('model server unreachable')")
+def fails_on_rows(tmp_path: Path, name: str) -> Path:
+    """A query that fails on every batch with rows, for good."""
+    return python_query(tmp_path, name, on_live_row="raise RuntimeError('model server unreachable')", live_from=0)
 
 
 # -- reading topics back ---------------------------------------------------------------------------

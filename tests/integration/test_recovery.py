@@ -24,7 +24,7 @@ from tests.integration.harness import (
     committed_watermark,
     continuous_load,
     executor_running,
-    fails_on_live_rows,
+    fails_on_rows,
 )
 from tests.integration.oracle import Version, assert_invariants, count_and_total, mean_and_n, peak_and_low, settle
 
@@ -178,11 +178,11 @@ def test_a_query_failing_for_good_after_its_cut_is_rolled_back_and_then_fixed_fo
 
     with executor_running(failing_fast, spark, COUNT_10S), continuous_load(settings, spec) as load:
         wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
-        first = fails_after_its_cut(fails_on_live_rows(tmp_path, "scored"))
+        first = fails_after_its_cut(fails_on_rows(tmp_path, "scored"))
         assert first.cut_window_end is not None, first
         back = client.wait_until_done(client.rollback(first.id).id, 180)
 
-        second = fails_after_its_cut(fails_on_live_rows(tmp_path, "scored_again"))
+        second = fails_after_its_cut(fails_on_rows(tmp_path, "scored_again"))
         assert second.cut_window_end is not None, second
         fixed = client.wait_until_done(client.submit(AVERAGE_10S, fix=second.id).id, 180)
         final = fixed.to_query
