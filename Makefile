@@ -12,7 +12,7 @@ COMPOSE := docker-compose -f compose/docker-compose.yml -p hotswap
 CONTAINERS := [ "$${HOTSWAP_TEST_SERVICES:-auto}" != embedded ] && docker info >/dev/null 2>&1
 
 .DEFAULT_GOAL := help
-.PHONY: help install system-deps browser jars stack-up stack-down demo images compose-demo lint format schema unit check integration cluster test bench clean
+.PHONY: help install system-deps browser jars stack-up stack-down demo images compose-demo lint format schema diagram unit check integration cluster test bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -64,8 +64,11 @@ lint: install ## ruff and mypy (strict)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-schema: install ## Regenerate docs/status.schema.json from the status model (contract/status.py)
+schema: install diagram ## Regenerate docs/status.schema.json (contract/status.py) and docs/swap-states.md
 	$(BIN)/python -m hotswap.contract.status > docs/status.schema.json.new && mv docs/status.schema.json.new docs/status.schema.json
+
+diagram: install ## Regenerate docs/swap-states.md, the swap's state diagram, from the phase table (contract/phases.py)
+	$(BIN)/python -m hotswap.contract.phases > docs/swap-states.md.new && mv docs/swap-states.md.new docs/swap-states.md
 
 unit: install ## Unit and component tests only (no Kafka, Redis or Spark)
 	$(BIN)/pytest -m "not integration" -q

@@ -52,7 +52,7 @@ def plain_events(spark: SparkSession, settings: Settings, starting: str) -> Data
         .load()
         .selectExpr("from_json(CAST(value AS STRING), 'key STRING, value DOUBLE, ts BIGINT') AS e")
         .selectExpr("e.key AS key", "e.value AS value", "e.ts AS ts", "timestamp_millis(e.ts) AS event_time")
-        .withWatermark("event_time", f"{settings.lateness_ms} milliseconds")
+        .withWatermark("event_time", f"{settings.lateness.ms} milliseconds")
     )
 
 

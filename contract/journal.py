@@ -1,112 +1,59 @@
-"""The swap journal: a swap's phases as a state machine, persisted in Redis.
+"""The swap journal: each swap's record in Redis, moved from phase to phase by the table in
+contract/phases.py.
 
-`advance` is the one function that changes a swap's phase. It refuses illegal transitions and
-writes the new phase (with its time) before the caller performs the action the phase records.
+`Journal.advance` is the one function that changes a swap's phase. It refuses illegal transitions,
+and writes the new phase (with its time) before the caller performs the action the phase records,
+together with whatever else must change at the same instant (a graph record, the current query,
+the swap a rollback undoes) in one fenced write (contract/fence.py).
+
+Reads that the executor and the service graph make on every tick or batch do not grow with the
+namespace's history: `open()` reads the swaps that are not over (an index kept in the same write as
+each transition), in one round trip. `all()` reads every swap, for history and status.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from enum import StrEnum
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import redis
-from redis.client import Pipeline
 
 from hotswap.contract.errors import HotswapError
-from hotswap.contract.fence import Fence, fenced
-from hotswap.contract.models import QuerySource, Record, now_ms
+from hotswap.contract.fence import Batch, Fence, write
+from hotswap.contract.models import CurrentQuery, GraphRecord, QuerySource, Record, now_ms
 from hotswap.contract.names import Keys
+from hotswap.contract.phases import IllegalTransition, SwapPhase, check_transition
+from hotswap.contract.reasons import ReasonCode
 
+__all__ = [
+    "IllegalTransition",
+    "Journal",
+    "PhaseEntry",
+    "SwapPhase",
+    "SwapRecord",
+    "UnknownSwap",
+    "active_swap",
+    "check_transition",
+]
 
-class SwapPhase(StrEnum):
-    """A swap's phases. Every question about a phase (is it terminal, is it past the cut, where can
-    it go next) is answered here and nowhere else; docs/architecture.md draws the machine."""
-
-    SUBMITTED = "submitted"
-    VALIDATED = "validated"
-    DEPLOYED = "deployed"
-    CUT = "cut"
-    DRAINING = "draining"
-    DRAINED = "drained"
-    RETIRED = "retired"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    REJECTED = "rejected"
-    ABORTED = "aborted"
-    ROLLED_BACK = "rolled_back"  # completed, then undone by a later swap back to its previous query
-
-    @property
-    def is_terminal(self) -> bool:
-        """Nothing more happens to the swap itself (a rollback may still relabel it `rolled_back`)."""
-        return self in _TERMINAL
-
-    @property
-    def is_before_cut(self) -> bool:
-        """Not terminal and not cut yet: the old query still owns every window, so abort is safe."""
-        return self in _BEFORE_CUT
-
-    @property
-    def is_past_cut(self) -> bool:
-        """From the cut on, the swap can only go forward: a recorded cut is never re-decided."""
-        return self in _PAST_CUT
-
-    @property
-    def is_draining(self) -> bool:
-        """Past the cut, with the old graph still emitting its windows up to W."""
-        return self in _DRAINING
-
-    @property
-    def is_in_flight(self) -> bool:
-        """Validated and not terminal: the swap holds its place as the one in progress."""
-        return not self.is_terminal and self is not SwapPhase.SUBMITTED
-
-    @property
-    def is_done(self) -> bool:
-        """The swap completed (and may have been rolled back since): its new query served."""
-        return self in (SwapPhase.COMPLETED, SwapPhase.ROLLED_BACK)
-
-    @property
-    def next_phases(self) -> frozenset[SwapPhase]:
-        return _NEXT.get(self, frozenset())
-
-    def can_become(self, target: SwapPhase) -> bool:
-        return target in self.next_phases
-
-
-_TERMINAL = frozenset(
-    {SwapPhase.COMPLETED, SwapPhase.FAILED, SwapPhase.REJECTED, SwapPhase.ABORTED, SwapPhase.ROLLED_BACK}
-)
-_BEFORE_CUT = frozenset({SwapPhase.SUBMITTED, SwapPhase.VALIDATED, SwapPhase.DEPLOYED})
-_DRAINING = frozenset({SwapPhase.CUT, SwapPhase.DRAINING, SwapPhase.DRAINED})
-_PAST_CUT = _DRAINING | {SwapPhase.RETIRED}
-
-# The one table of legal moves. Before the cut a swap can still fail or be aborted; after it, it
-# can only go forward or fail (routing keeps W either way).
-_NEXT: dict[SwapPhase, frozenset[SwapPhase]] = {
-    SwapPhase.SUBMITTED: frozenset({SwapPhase.VALIDATED, SwapPhase.REJECTED, SwapPhase.ABORTED}),
-    SwapPhase.VALIDATED: frozenset({SwapPhase.DEPLOYED, SwapPhase.FAILED, SwapPhase.ABORTED}),
-    SwapPhase.DEPLOYED: frozenset({SwapPhase.CUT, SwapPhase.FAILED, SwapPhase.ABORTED}),
-    SwapPhase.CUT: frozenset({SwapPhase.DRAINING, SwapPhase.FAILED}),
-    SwapPhase.DRAINING: frozenset({SwapPhase.DRAINED, SwapPhase.FAILED}),
-    SwapPhase.DRAINED: frozenset({SwapPhase.RETIRED, SwapPhase.FAILED}),
-    SwapPhase.RETIRED: frozenset({SwapPhase.COMPLETED}),
-    # Recorded when the swap that rolls this one back completes; routing is unchanged by it.
-    SwapPhase.COMPLETED: frozenset({SwapPhase.ROLLED_BACK}),
-    SwapPhase.FAILED: frozenset({SwapPhase.ROLLED_BACK}),  # a failure after the cut, rolled back on its buffer
-}
-
-
-class IllegalTransition(HotswapError):
-    """A swap was asked to move to a phase it cannot reach from where it is."""
+# Reads the records a list of swap ids names, in one round trip. The keys are derived from the
+# list's own key (they share the namespace's hash tag, so a Redis Cluster keeps them in one slot).
+_READ_LISTED = """
+local ids = redis.call('lrange', KEYS[1], 0, -1)
+local out = {}
+for i, id in ipairs(ids) do
+  local raw = redis.call('get', ARGV[1] .. id)
+  if raw then
+    out[#out + 1] = raw
+  end
+end
+return out
+"""
 
 
 class UnknownSwap(HotswapError):
     """No swap with that id exists in this namespace."""
-
-
-def check_transition(current: SwapPhase, target: SwapPhase) -> None:
-    if not current.can_become(target):
-        raise IllegalTransition(f"swap cannot go from {current} to {target}")
 
 
 class PhaseEntry(Record):
@@ -130,32 +77,59 @@ class SwapRecord(Record):
     old_slide_ms: int | None = None
     markers_written: bool = False
     error: str | None = None
+    # Beside `error`, for every failure, rejection and abort: a word a program can match (contract.reasons).
+    reason_code: ReasonCode | None = None
     rollback_of: str | None = None  # the swap this one undoes (a swap back to its previous query)
-    # A swap whose new query failed for good after its cut: this one's query takes over that
-    # query's buffer (its topic) for every window it did not emit. Its cut is decided by the
-    # executor, where the failed query stopped, not by the service graph.
+    # A stranded swap (its new query failed for good after its cut): this one's query takes over that
+    # query's buffer (its topic) for every window it did not emit. Its cut is decided by the executor,
+    # where the failed query stopped, not by the service graph.
     recovers: str | None = None
 
     @property
-    def failed_after_cut(self) -> bool:
-        """Failed with its cut recorded: routing keeps that cut, and its new query's rows wait in its topic."""
-        return self.state is SwapPhase.FAILED and self.cut_window_end is not None
+    def is_recovery(self) -> bool:
+        return self.recovers is not None
 
-    @property
-    def ended_before_cut(self) -> bool:
-        """Rejected, aborted, or failed before a cut was recorded: the old query never gave up a window."""
-        return self.state in (SwapPhase.REJECTED, SwapPhase.ABORTED) or (
-            self.state is SwapPhase.FAILED and self.cut_window_end is None
-        )
-
-    def advanced(self, target: SwapPhase, *, error: str | None = None, **changes: object) -> SwapRecord:
+    def advanced(
+        self, target: SwapPhase, *, error: str | None = None, reason_code: ReasonCode | None = None, **changes: object
+    ) -> SwapRecord:
         """This record moved to `target`; raises IllegalTransition if that move is not allowed."""
         check_transition(self.state, target)
         entry = PhaseEntry(name=target, at=now_ms())
         update: dict[str, object] = {"state": target, "phases": (*self.phases, entry), **changes}
         if error is not None:
             update["error"] = error
+        if reason_code is not None:
+            update["reason_code"] = reason_code
         return self.changed(**update)
+
+
+def active_swap(swaps: Iterable[SwapRecord]) -> SwapRecord | None:
+    """The one swap the executor drives now, or None: the only decision of which swap is active.
+
+    Swaps run one at a time, in submission order: the swap past validation if there is one, else
+    the first validated (queued) swap. A recovery of a stranded swap goes before the swaps queued
+    ahead of it, as they cannot start until the query it takes over serves again.
+    """
+    queued: list[SwapRecord] = []
+    for swap in swaps:
+        if not swap.state.is_in_flight:
+            continue
+        if swap.state is not SwapPhase.VALIDATED:
+            return swap
+        queued.append(swap)
+    return next((s for s in queued if s.is_recovery), queued[0] if queued else None)
+
+
+@dataclass(frozen=True)
+class Also:
+    """What else changes in the same write as a transition."""
+
+    graphs: Sequence[GraphRecord] = ()
+    current: CurrentQuery | None = None
+    # Another swap moved at the same instant: (its id, the phase), e.g. the swap a rollback undid.
+    relabel: tuple[str, SwapPhase] | None = None
+    # More commands of the same write (for example the service graph's routing plan and state with a cut).
+    queue: Callable[[Batch], object] | None = None
 
 
 class Journal:
@@ -166,14 +140,7 @@ class Journal:
         self._keys = keys
         self._fence = fence  # set for an executor: its writes need the lease (contract.fence)
 
-    def create(self, record: SwapRecord) -> SwapRecord:
-        first = record.changed(phases=(PhaseEntry(name=SwapPhase.SUBMITTED, at=now_ms()),))
-        pipe = self._redis.pipeline(transaction=True)
-        pipe.set(self._keys.swap(record.id), first.model_dump_json())
-        pipe.rpush(self._keys.swaps, record.id)
-        pipe.execute()
-        return first
-
+    # -- reads -----------------------------------------------------------------------------
     def get(self, swap_id: str) -> SwapRecord:
         raw = self._redis.get(self._keys.swap(swap_id))
         if raw is None:
@@ -185,66 +152,144 @@ class Journal:
         return None if raw is None else SwapRecord.model_validate_json(raw)
 
     def all(self) -> list[SwapRecord]:
-        """Every swap in submission order, in two round trips (the service graph reads this per batch)."""
-        ids = [i.decode() if isinstance(i, bytes) else str(i) for i in self._redis.lrange(self._keys.swaps, 0, -1)]
-        if not ids:
-            return []
-        raws = self._redis.mget([self._keys.swap(i) for i in ids])
-        return [SwapRecord.model_validate_json(raw) for raw in raws if raw is not None]
+        """Every swap in submission order, in one round trip (for history and status)."""
+        return self._listed(self._keys.swaps)
+
+    def open(self) -> list[SwapRecord]:
+        """The swaps that are not over (stranded ones included: they still shape routing), in
+        submission order, in one round trip: what the executor's tick and the service graph read."""
+        return self._listed(self._keys.open_swaps)
+
+    def _listed(self, list_key: str) -> list[SwapRecord]:
+        raws = self._redis.register_script(_READ_LISTED)(keys=[list_key], args=[self._keys.swap("")])
+        return [SwapRecord.model_validate_json(raw) for raw in raws]
+
+    # -- writes ----------------------------------------------------------------------------
+    def create(self, record: SwapRecord) -> SwapRecord:
+        first = record.changed(phases=(PhaseEntry(name=SwapPhase.SUBMITTED, at=now_ms()),))
+        batch = (
+            Batch()
+            .expect(self._keys.swap(record.id), None)
+            .set(self._keys.swap(record.id), first.model_dump_json())
+            .rpush(self._keys.swaps, record.id)
+            .rpush(self._keys.open_swaps, record.id)
+        )
+        if not write(self._redis, self._fence, batch):
+            raise HotswapError(f"swap {record.id} already exists in namespace {self._keys.namespace!r}")
+        return first
 
     def advance(
         self,
-        swap_id: str,
+        swap: str | SwapRecord,
         target: SwapPhase,
         *,
         error: str | None = None,
+        reason_code: ReasonCode | None = None,
         when: Callable[[SwapRecord], bool] | None = None,
+        also: Also | None = None,
         **changes: object,
     ) -> SwapRecord | None:
-        """Move a swap to `target` atomically; raises IllegalTransition if the move is not legal.
+        """Move a swap to `target`, with `also` in the same write; raises IllegalTransition if the
+        move is not legal. Pass the record just read to save a round trip.
 
-        `when` may refuse the move after reading the latest record; then nothing is written and
-        None is returned. Concurrent writers (the service graph cutting, the executor aborting)
-        cannot both win: the loser re-reads and re-checks.
+        `when` may refuse the move after reading the latest record; then nothing is written and None
+        is returned. Concurrent writers (the service graph cutting, an operator aborting) cannot both
+        win: the loser reads again and checks again.
         """
 
         def change(record: SwapRecord) -> SwapRecord | None:
             if when is not None and not when(record):
                 return None
-            return record.advanced(target, error=error, **changes)
+            return record.advanced(target, error=error, reason_code=reason_code, **changes)
 
-        return self._compare_and_set(swap_id, change)
+        return self._compare_and_set(swap, change, also or Also())
 
-    def record_cut(self, swap_id: str, boundary: int, batch_id: int) -> SwapRecord | None:
+    def record_cut(self, swap_id: str | SwapRecord, boundary: int, batch_id: int, **changes: Any) -> SwapRecord | None:
         """The service graph's cut: W and the batch it first applies to, only while the swap is still
-        `deployed` (an abort that got there first wins; then None)."""
+        `deployed` (an abort that got there first wins; then None). `also=Also(queue=...)` adds the
+        batch's other writes (its routing plan, say) to the same fenced write."""
         return self.advance(
             swap_id,
             SwapPhase.CUT,
             when=lambda record: record.state is SwapPhase.DEPLOYED,
             cut_window_end=boundary,
             cut_batch=batch_id,
+            **changes,
         )
 
-    def record_draining(self, swap_id: str) -> SwapRecord | None:
+    def record_draining(self, swap_id: str | SwapRecord, **changes: Any) -> SwapRecord | None:
         """The service watermark passed W; None if another writer recorded it first."""
-        return self.advance(swap_id, SwapPhase.DRAINING, when=lambda record: record.state is SwapPhase.CUT)
+        return self.advance(swap_id, SwapPhase.DRAINING, when=lambda record: record.state is SwapPhase.CUT, **changes)
 
-    def update(self, swap_id: str, **changes: object) -> SwapRecord | None:
+    def update(self, swap_id: str | SwapRecord, **changes: object) -> SwapRecord | None:
         """Change fields other than the phase (for example `markers_written`)."""
-        return self._compare_and_set(swap_id, lambda record: record.changed(**changes))
+        return self._compare_and_set(swap_id, lambda record: record.changed(**changes), Also())
 
-    def _compare_and_set(self, swap_id: str, change: Callable[[SwapRecord], SwapRecord | None]) -> SwapRecord | None:
-        key = self._keys.swap(swap_id)
+    def _compare_and_set(
+        self, swap: str | SwapRecord, change: Callable[[SwapRecord], SwapRecord | None], also: Also
+    ) -> SwapRecord | None:
+        """Apply `change` to the swap as stored, in one fenced write that fails if the record (or the
+        relabelled one) changed since it was read; then read again and decide again."""
+        known = swap if isinstance(swap, SwapRecord) else None
+        swap_id = swap.id if isinstance(swap, SwapRecord) else swap
+        # The record the caller read is the first guess at what is stored (one round trip when it is right).
+        raw = known.model_dump_json().encode() if known is not None else self._raw(swap_id)
+        relabel_raw = self._raw(also.relabel[0]) if also.relabel else None
+        while True:
+            record = SwapRecord.model_validate_json(raw)
+            updated = change(record)
+            if updated is None:
+                return None
+            batch = (
+                Batch().expect(self._keys.swap(swap_id), raw).set(self._keys.swap(swap_id), updated.model_dump_json())
+            )
+            self._index(batch, updated)
+            if also.relabel is not None and relabel_raw is not None:
+                other = SwapRecord.model_validate_json(relabel_raw)
+                if other.state is not also.relabel[1]:  # already recorded: nothing to relabel
+                    moved = other.advanced(also.relabel[1])
+                    batch.expect(self._keys.swap(other.id), relabel_raw)
+                    batch.set(self._keys.swap(other.id), moved.model_dump_json())
+                    self._index(batch, moved)
+            for graph in also.graphs:
+                batch.hset(self._keys.graphs, graph.query_id, graph.model_dump_json())
+            if also.current is not None:
+                batch.set(self._keys.current, also.current.model_dump_json())
+            if also.queue is not None:
+                also.queue(batch)
+            if write(self._redis, self._fence, batch):
+                return updated
+            raw = self._raw(swap_id)
+            relabel_raw = self._raw(also.relabel[0]) if also.relabel else None
 
-        def write(pipe: Pipeline) -> SwapRecord | None:
-            raw = pipe.get(key)
-            if raw is None:
-                raise UnknownSwap(f"no swap {swap_id!r} in namespace {self._keys.namespace!r}")
-            updated = change(SwapRecord.model_validate_json(raw))
-            if updated is not None:
-                pipe.multi()
-                pipe.set(key, updated.model_dump_json())
-            return updated
+    def _raw(self, swap_id: str) -> bytes:
+        raw = self._redis.get(self._keys.swap(swap_id))
+        if raw is None:
+            raise UnknownSwap(f"no swap {swap_id!r} in namespace {self._keys.namespace!r}")
+        return raw if isinstance(raw, bytes) else str(raw).encode()
 
-        return fenced(self._redis, self._fence, write, watch=(key,))
+    def _index(self, batch: Batch, record: SwapRecord) -> None:
+        """A swap that ended leaves the index of open swaps, in the write that ends it."""
+        if record.state.is_terminal:
+            batch.lrem(self._keys.open_swaps, 0, record.id)
+
+    # -- the index of open swaps -----------------------------------------------------------
+    def build_index(self) -> bool:
+        """Build the index of open swaps for a namespace whose journal predates it (once; True if built).
+
+        A swap recorded `failed` after its cut, as earlier versions wrote it, is rewritten `stranded`,
+        which is what that record meant.
+        """
+        if self._redis.exists(self._keys.journal_format):
+            return False
+        swaps = self.all()
+        batch = Batch().expect(self._keys.journal_format, None).delete(self._keys.open_swaps)
+        for swap in swaps:
+            if swap.state is SwapPhase.FAILED and swap.cut_window_end is not None:
+                phases = (*swap.phases[:-1], swap.phases[-1].changed(name=SwapPhase.STRANDED)) if swap.phases else ()
+                swap = swap.changed(state=SwapPhase.STRANDED, phases=phases)
+                batch.set(self._keys.swap(swap.id), swap.model_dump_json())
+            if not swap.state.is_terminal:
+                batch.rpush(self._keys.open_swaps, swap.id)
+        batch.set(self._keys.journal_format, "2")
+        return write(self._redis, self._fence, batch)

@@ -54,6 +54,18 @@ class Keys:
         """List of swap ids in submission order."""
         return f"{self.prefix}:swaps"
 
+    @property
+    def open_swaps(self) -> str:
+        """List of the ids of swaps that are not over (not terminal; stranded ones included), in
+        submission order: kept in the same write as each transition, so reading the swaps that matter
+        now does not grow with the journal's history."""
+        return f"{self.prefix}:swaps:open"
+
+    @property
+    def journal_format(self) -> str:
+        """Set once the journal keeps the index of open swaps (namespaces from before it get it built)."""
+        return f"{self.prefix}:journal-format"
+
     def swap(self, swap_id: str) -> str:
         return f"{self.prefix}:swap:{swap_id}"
 

@@ -45,11 +45,11 @@ class WindowOwner(Record):
 
 def window_owners(swaps: Iterable[SwapRecord], current: str | None) -> list[WindowOwner]:
     """Which version answers which windows, oldest first. Each recorded cut moves ownership, whether
-    its swap completed, was rolled back later (its windows stay its own), failed after the cut (its
-    rows wait in its topic) or is still draining."""
+    its swap completed, was rolled back later (its windows stay its own), is stranded (its rows wait
+    in its topic) or is still draining."""
     owners: list[WindowOwner] = []
     for swap in swaps:
-        moved = swap.state.is_past_cut or swap.state.is_done or swap.failed_after_cut
+        moved = swap.state.is_past_cut or swap.state.is_done
         if swap.cut_window_end is None or swap.from_query is None or not moved:
             continue
         if not owners:

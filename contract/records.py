@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import redis
 
 from hotswap.contract.models import CurrentQuery, GraphProgress, GraphRecord, ServiceState
@@ -14,6 +16,15 @@ def _text(value: bytes | str) -> str:
 
 def read_graphs(client: redis.Redis, keys: Keys) -> dict[str, GraphRecord]:
     return {_text(k): GraphRecord.model_validate_json(v) for k, v in client.hgetall(keys.graphs).items()}
+
+
+def read_graphs_named(client: redis.Redis, keys: Keys, query_ids: Iterable[str]) -> dict[str, GraphRecord]:
+    """The records of these graphs only, in one round trip (missing ones left out)."""
+    ids = list(dict.fromkeys(query_ids))
+    if not ids:
+        return {}
+    raws = client.hmget(keys.graphs, ids)
+    return {i: GraphRecord.model_validate_json(raw) for i, raw in zip(ids, raws, strict=True) if raw is not None}
 
 
 def read_current(client: redis.Redis, keys: Keys) -> CurrentQuery | None:

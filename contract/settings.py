@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -15,6 +15,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from hotswap.contract.durations import Duration, OffOrDuration
 from hotswap.contract.errors import ConfigError
 from hotswap.contract.names import Names
 from hotswap.contract.source import (
@@ -25,13 +26,14 @@ from hotswap.contract.source import (
     SourceFormat,
     SourceSpec,
 )
-from hotswap.contract.windows import parse_duration_ms
 
 DEFAULT_CONFIG_FILE = Path("hotswap.toml")
+DEPRECATED = {"drain_timeout": "cut_timeout"}  # old name -> new name, still read
 
 
 class Settings(BaseSettings):
-    """Everything hotswap can be told. Durations accept '10s', '500ms', '2m'."""
+    """Everything hotswap can be told. Durations (contract/durations.py) accept '10s', '500ms', '2m'
+    or a number of milliseconds, and are used as `.ms` or `.s`."""
 
     model_config = SettingsConfigDict(env_prefix="HOTSWAP_", frozen=True, extra="forbid")
 
@@ -83,14 +85,14 @@ class Settings(BaseSettings):
     # min.insync.replicas of the topics hotswap creates; None keeps the broker's default. With acks=all
     # a write then needs this many replicas, so a broker may die without losing an acknowledged row.
     topic_min_insync_replicas: int | None = Field(default=None, ge=1)
-    window: str = "10s"
-    lateness: str = "5s"
+    window: Duration = Duration(10_000, "10s")
+    lateness: Duration = Duration(5_000, "5s")
     # A partition with no new rows for this long stops holding the service watermark back; when
-    # every partition is that quiet, the watermark advances with processing time. "off" waits for data.
-    idle_timeout: str = "30s"
+    # every partition is that quiet, the watermark advances with processing time. "off" (None) waits for data.
+    idle_timeout: OffOrDuration = Duration(30_000, "30s")
     # An event more than this far ahead of the service watermark is dead-lettered: it moves no
     # watermark and no cut (one mis-stamped event must not close every open window).
-    max_time_jump: str = "1h"
+    max_time_jump: Duration = Duration(3_600_000, "1h")
     # Upper bound of source rows per service-graph batch, and of graph-topic rows per execution-graph
     # batch, so a backlog is caught up in bounded micro-batches.
     max_offsets_per_trigger: int = Field(default=20_000, ge=1)
@@ -100,18 +102,23 @@ class Settings(BaseSettings):
     keep_retired_topics: bool = False
 
     # Bounded waits.
-    deploy_timeout: str = "120s"
-    drain_timeout: str = "300s"
+    deploy_timeout: Duration = Duration(120_000, "120s")
+    # How long a deployed swap waits for its cut. HOTSWAP_DRAIN_TIMEOUT (and drain_timeout in TOML),
+    # its name before 0.2, still works and is deprecated: it never bounded the drain.
+    cut_timeout: Duration = Field(
+        default=Duration(300_000, "300s"),
+        validation_alias=AliasChoices("cut_timeout", "HOTSWAP_CUT_TIMEOUT", "drain_timeout", "HOTSWAP_DRAIN_TIMEOUT"),
+    )
     # The executor's lease on a namespace, and how long a starting executor waits for a dead
     # predecessor's lease to expire (0: refuse at once).
-    lease_ttl: str = "15s"
-    lease_wait: str = "20s"
+    lease_ttl: Duration = Duration(15_000, "15s")
+    lease_wait: Duration = Duration(20_000, "20s")
     # A failed query is restarted from its checkpoint this many times, with doubling back-off.
     query_restarts: int = Field(default=3, ge=0)
-    query_restart_backoff: str = "2s"
+    query_restart_backoff: Duration = Duration(2_000, "2s")
     # Transient Kafka errors in the control loop (broker restarting, leader moving) are retried with
     # back-off for this long before the operation is given up with a reason.
-    retry_deadline: str = "60s"
+    retry_deadline: Duration = Duration(60_000, "60s")
 
     log_format: Literal["console", "json"] = "console"
     log_level: str = "info"
@@ -135,21 +142,6 @@ class Settings(BaseSettings):
     # Loopback by default: the page shows query texts. 0.0.0.0 serves every interface.
     metrics_host: str = "127.0.0.1"
 
-    @field_validator(
-        "window",
-        "lateness",
-        "max_time_jump",
-        "deploy_timeout",
-        "drain_timeout",
-        "lease_ttl",
-        "lease_wait",
-        "query_restart_backoff",
-        "retry_deadline",
-    )
-    @classmethod
-    def _duration(cls, value: str) -> str:
-        return _checked_duration(value)
-
     @field_validator("spark_remote")
     @classmethod
     def _connect_url(cls, value: str | None) -> str | None:
@@ -157,10 +149,12 @@ class Settings(BaseSettings):
             raise ValueError(f"{value!r} is not a Spark Connect URL (sc://host:port)")
         return value
 
-    @field_validator("idle_timeout")
+    @field_validator("window")
     @classmethod
-    def _duration_or_off(cls, value: str) -> str:
-        return "off" if value.strip().lower() == "off" else _checked_duration(value)
+    def _window(cls, value: Duration) -> Duration:
+        if value.ms <= 0:
+            raise ValueError("the window must be longer than 0")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
@@ -195,47 +189,6 @@ class Settings(BaseSettings):
         return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file))
 
     # Derived values: computed, never stored, so they cannot disagree with the fields above.
-    @property
-    def window_ms(self) -> int:
-        return parse_duration_ms(self.window)
-
-    @property
-    def lateness_ms(self) -> int:
-        return parse_duration_ms(self.lateness)
-
-    @property
-    def idle_timeout_ms(self) -> int | None:
-        """None when idle_timeout is "off": the watermark then moves only with data."""
-        return None if self.idle_timeout == "off" else parse_duration_ms(self.idle_timeout)
-
-    @property
-    def max_time_jump_ms(self) -> int:
-        return parse_duration_ms(self.max_time_jump)
-
-    @property
-    def retry_deadline_s(self) -> float:
-        return parse_duration_ms(self.retry_deadline) / 1000
-
-    @property
-    def deploy_timeout_s(self) -> float:
-        return parse_duration_ms(self.deploy_timeout) / 1000
-
-    @property
-    def drain_timeout_s(self) -> float:
-        return parse_duration_ms(self.drain_timeout) / 1000
-
-    @property
-    def lease_ttl_ms(self) -> int:
-        return parse_duration_ms(self.lease_ttl)
-
-    @property
-    def lease_wait_s(self) -> float:
-        return parse_duration_ms(self.lease_wait) / 1000
-
-    @property
-    def query_restart_backoff_s(self) -> float:
-        return parse_duration_ms(self.query_restart_backoff) / 1000
-
     @property
     def jar_cache(self) -> Path:
         return (self.jars_dir or self.home / "jars").resolve()
@@ -327,12 +280,13 @@ class Settings(BaseSettings):
         return options
 
 
-def _checked_duration(value: str) -> str:
-    try:
-        parse_duration_ms(value)
-    except ConfigError as exc:
-        raise ValueError(str(exc)) from exc
-    return value
+def deprecated_names() -> list[str]:
+    """Deprecated setting names found in the environment, each with the name to use instead."""
+    return [
+        f"HOTSWAP_{old.upper()} is deprecated; use HOTSWAP_{new.upper()}"
+        for old, new in DEPRECATED.items()
+        if f"HOTSWAP_{old.upper()}" in os.environ
+    ]
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -16,8 +16,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hotswap.contract.journal import SwapPhase
 from hotswap.contract.models import ExecutorPhase, GraphState, QueryKind
+from hotswap.contract.phases import SwapPhase
+from hotswap.contract.reasons import ReasonCode
 
 
 class StatusPart(BaseModel):
@@ -78,13 +79,19 @@ class SwapStatus(StatusPart):
         description="How often a window of the new query starts (its window size when tumbling); null until validated.",
     )
     phases: list[PhaseStatus]
-    error: str | None = Field(description="Why the swap failed, was rejected or aborted.")
+    error: str | None = Field(description="Why the swap failed, was stranded, rejected or aborted, in one line.")
+    reason_code: ReasonCode | None = Field(
+        default=None,
+        description="The same, as a word a program can match (README, 'Reason codes'); null while nothing went wrong.",
+    )
     waiting_for: str | None = Field(
-        description="What an unfinished swap waits for, in one line; null once it has ended."
+        description="What an unfinished swap waits for, in one line (the phase table's text, "
+        "docs/swap-states.md); null once it has ended."
     )
     rollback_of: str | None = Field(description="The swap this one undoes (a swap back to that swap's previous query).")
     note: str | None = Field(
-        description="For a rolled-back swap: which windows kept its results, and who answers after them."
+        description="For a rolled-back or fixed-forward swap: which windows kept its results, and who answers "
+        "after them."
     )
 
 

@@ -1,6 +1,7 @@
 """Errors raised while loading, validating or running user queries."""
 
 from hotswap.contract.errors import HotswapError
+from hotswap.contract.reasons import ReasonCode
 
 
 class ExecutionGraphError(HotswapError):
@@ -8,7 +9,12 @@ class ExecutionGraphError(HotswapError):
 
 
 class QueryRejected(ExecutionGraphError):
-    """A user query is not acceptable; the message is the one-line reason shown to the user."""
+    """A user query is not acceptable; the message is the one-line reason shown to the user, and
+    `reason_code` the word a program matches."""
+
+    def __init__(self, message: str, reason_code: ReasonCode = ReasonCode.QUERY_INVALID) -> None:
+        super().__init__(message)
+        self.reason_code = reason_code
 
 
 class GraphStartFailed(ExecutionGraphError):

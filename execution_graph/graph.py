@@ -16,8 +16,9 @@ marker; docs/architecture.md, "Known traps").
 from __future__ import annotations
 
 import json
-import time
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from hotswap.contract.envelope import ROUTE_HEADER
-from hotswap.contract.errors import TimeoutExpired
 from hotswap.contract.lifecycle import stop_between_batches
 from hotswap.contract.models import GraphRecord
 from hotswap.contract.settings import Settings
@@ -170,12 +170,20 @@ def claim_checkpoint(checkpoint: Path, record: GraphRecord) -> None:
 
 
 class GraphRunner:
-    """Starts, finds and stops the Spark queries of execution graphs."""
+    """Starts, finds and stops the Spark queries of execution graphs.
+
+    A deploy never blocks the executor's loop: `begin` starts a query on a thread of its own (building
+    a user query may take long: its code runs, and Spark plans it), and `ready` says, without
+    waiting, whether it runs yet.
+    """
 
     def __init__(self, spark: SparkSession, settings: Settings) -> None:
         self._spark = spark
         self._settings = settings
         self._queries: dict[str, StreamingQuery] = {}
+        self._lock = threading.Lock()
+        self._starting: dict[str, Future[StreamingQuery]] = {}
+        self._unwanted: set[str] = set()  # stopped while starting: stopped again once started
 
     @staticmethod
     def reads(record: GraphRecord) -> SourceSpec:
@@ -183,9 +191,17 @@ class GraphRunner:
         return record.reads or LEGACY_SOURCE
 
     def start(self, record: GraphRecord, writer: BatchWriter) -> StreamingQuery:
-        existing = self._queries.get(record.query_id)
+        """Start the graph's query now (or return it, if it runs), on the caller's thread."""
+        with self._lock:
+            existing = self._queries.get(record.query_id)
         if existing is not None and existing.isActive:
             return existing
+        query = self._start(record, writer)
+        with self._lock:
+            self._queries[record.query_id] = query
+        return query
+
+    def _start(self, record: GraphRecord, writer: BatchWriter) -> StreamingQuery:
         checkpoint = self._settings.names.graph_checkpoint(record.query_id)
         claim_checkpoint(checkpoint, record)
         events = events_stream(self._spark, self._settings, record.topic, self.reads(record), record.reads_from)
@@ -197,26 +213,59 @@ class GraphRunner:
             .foreachBatch(writer)
             .start()
         )
-        self._queries[record.query_id] = query
         log.info("execution graph started", query_id=record.query_id, topic=record.topic)
         return query
 
-    def wait_running(self, query_id: str, timeout_s: float) -> None:
-        """Returns once the graph's query is active and past source initialisation."""
-        query = self._queries[query_id]
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            failure = query.exception()
-            if failure is not None or not query.isActive:
-                reason = first_line(failure) if failure is not None else "it stopped"
-                raise GraphStartFailed(f"execution graph {query_id} failed to start: {reason}")
-            message = str(query.status.get("message", ""))
-            if query.lastProgress is not None or message.startswith("Waiting"):
+    def begin(self, record: GraphRecord, writer: BatchWriter) -> None:
+        """Start the graph's query on a thread of its own, unless it runs or is starting already."""
+        query_id = record.query_id
+        with self._lock:
+            existing = self._queries.get(query_id)
+            if query_id in self._starting or (existing is not None and existing.isActive):
                 return
-            time.sleep(0.2)
-        raise TimeoutExpired(
-            f"execution graph {query_id} was not running after {timeout_s:.0f}s (waited for its Spark query to start)"
-        )
+            self._unwanted.discard(query_id)
+            future: Future[StreamingQuery] = Future()
+            self._starting[query_id] = future
+
+        def run() -> None:
+            try:
+                query = self._start(record, writer)
+            except BaseException as exc:  # noqa: BLE001 - the user's code may raise anything: `ready` reports it
+                future.set_exception(exc)
+                return
+            with self._lock:
+                unwanted = query_id in self._unwanted
+                if not unwanted:
+                    self._queries[query_id] = query
+            if unwanted:  # stopped (aborted, failed) while it was starting
+                stop_between_batches(query, timeout_s=0.0)
+            future.set_result(query)
+
+        threading.Thread(target=run, name=f"hotswap-start-{query_id}", daemon=True).start()
+
+    def ready(self, query_id: str) -> bool:
+        """Whether the graph's query runs (active, and past its source's initialisation), without
+        waiting; raises GraphStartFailed if it could not start or died."""
+        with self._lock:
+            future = self._starting.get(query_id)
+            query = self._queries.get(query_id)
+        if future is not None:
+            if not future.done():
+                return False
+            with self._lock:
+                self._starting.pop(query_id, None)
+            failure = future.exception()
+            if failure is not None:
+                raise GraphStartFailed(f"execution graph {query_id} failed to start: {first_line(failure)}")
+            query = future.result()
+        if query is None:
+            raise GraphStartFailed(f"execution graph {query_id} failed to start: it is not running")
+        died = query.exception()
+        if died is not None or not query.isActive:
+            reason = first_line(died) if died is not None else "it stopped"
+            raise GraphStartFailed(f"execution graph {query_id} failed to start: {reason}")
+        message = str(query.status.get("message", ""))
+        return query.lastProgress is not None or message.startswith("Waiting")
 
     def is_committed(self, query_id: str, batch_id: int) -> bool:
         """Whether the graph's checkpoint holds `commits/<batch_id>`: that batch's output is out."""
@@ -260,22 +309,32 @@ class GraphRunner:
 
     def running(self) -> dict[str, StreamingQuery]:
         """The graphs' queries, by query id (a dead one stays until it is restarted or stopped)."""
-        return dict(self._queries)
+        with self._lock:
+            return dict(self._queries)
 
     def query(self, query_id: str) -> StreamingQuery | None:
-        return self._queries.get(query_id)
+        with self._lock:
+            return self._queries.get(query_id)
 
     def query_ids(self) -> list[str]:
-        return list(self._queries)
+        """Graphs whose query was started (not those still starting)."""
+        with self._lock:
+            return list(self._queries)
+
+    def known(self) -> set[str]:
+        """Graphs whose query runs, died, or is starting."""
+        with self._lock:
+            return set(self._queries) | set(self._starting)
 
     def restart(self, record: GraphRecord, writer: BatchWriter) -> StreamingQuery:
         """Start a graph whose query died again, from its checkpoint."""
-        self._queries.pop(record.query_id, None)
+        with self._lock:
+            self._queries.pop(record.query_id, None)
         return self.start(record, writer)
 
     def failure(self, query_id: str) -> str | None:
         """One line describing why the graph's query died, or None while it is healthy."""
-        query = self._queries.get(query_id)
+        query = self.query(query_id)
         if query is None or query.isActive:
             return None
         failure = query.exception()
@@ -283,11 +342,15 @@ class GraphRunner:
 
     def stop(self, query_id: str, *, finish_batch: bool = True) -> None:
         """Stop the graph's query; with `finish_batch`, after its batch in flight (up to 10 s)."""
-        query = self._queries.pop(query_id, None)
+        with self._lock:
+            query = self._queries.pop(query_id, None)
+            if query_id in self._starting:
+                self._unwanted.add(query_id)  # stopped by its starting thread once it runs
+                self._starting.pop(query_id)
         if query is not None and query.isActive:
             times = stop_between_batches(query, timeout_s=10.0 if finish_batch else 0.0)
             log.info("execution graph stopped", query_id=query_id, waited_s=times.waited_s, stop_s=times.stop_s)
 
     def stop_all(self) -> None:
-        for query_id in list(self._queries):
+        for query_id in self.known():
             self.stop(query_id)

@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from hotswap.contract.causes import full_trace, root_cause
 from hotswap.contract.models import QueryKind, QuerySource
+from hotswap.contract.reasons import ReasonCode
 from hotswap.execution_graph.errors import QueryRejected
 
 EVENTS_VIEW = "events"
@@ -55,7 +56,9 @@ def _apply_python(events: DataFrame, source: QuerySource) -> DataFrame:
     except SyntaxError as exc:
         raise QueryRejected(f"query {source.name!r} has a syntax error: {exc.msg} (line {exc.lineno})") from exc
     except Exception as exc:  # the user's module may raise anything at import
-        raise QueryRejected(f"query {source.name!r} raised while loading: {type(exc).__name__}: {exc}") from exc
+        raise QueryRejected(
+            f"query {source.name!r} raised while loading: {type(exc).__name__}: {exc}", ReasonCode.QUERY_RAISED
+        ) from exc
     function = module.__dict__.get("query")
     if not callable(function):
         raise QueryRejected(f"query {source.name!r} defines no function query(events) -> DataFrame")
@@ -67,7 +70,9 @@ def _apply_python(events: DataFrame, source: QuerySource) -> DataFrame:
             missing or f"query {source.name!r} raised: {type(exc).__name__}: {first_line(exc)}"
         ) from exc
     except Exception as exc:  # the user's function may raise anything
-        raise QueryRejected(f"query {source.name!r} raised: {type(exc).__name__}: {first_line(exc)}") from exc
+        raise QueryRejected(
+            f"query {source.name!r} raised: {type(exc).__name__}: {first_line(exc)}", ReasonCode.QUERY_RAISED
+        ) from exc
     if not isinstance(result, DataFrame):
         raise QueryRejected(f"query {source.name!r} returned {type(result).__name__}, not a DataFrame")
     return result

@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from hotswap.contract.models import QuerySource
+from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.windows import Windowing, common_boundary_ms, format_duration_ms
 from hotswap.execution_graph.errors import QueryRejected
 from hotswap.execution_graph.plan import Origin, Plan
@@ -82,7 +83,8 @@ def check_cuttable(old_grid_ms: int, new_grid_ms: int, *, slides: bool = False) 
         what = "slide" if slides else "size"
         raise QueryRejected(
             f"window {what}s {format_duration_ms(old_grid_ms)} and {format_duration_ms(new_grid_ms)} share a boundary "
-            f"only every {format_duration_ms(step)}; choose a {what} that divides or is a multiple of the running one"
+            f"only every {format_duration_ms(step)}; choose a {what} that divides or is a multiple of the running one",
+            ReasonCode.WINDOWS_NOT_CUTTABLE,
         )
 
 

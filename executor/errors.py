@@ -1,6 +1,7 @@
 """Errors raised by the control plane."""
 
 from hotswap.contract.errors import HotswapError
+from hotswap.contract.reasons import ReasonCode
 
 
 class ExecutorError(HotswapError):
@@ -16,11 +17,19 @@ class LeaseHeld(ExecutorError):
 
 
 class SubmitRejected(ExecutorError):
-    """A submitted query was refused; the message is the one-line reason."""
+    """A submitted query was refused; the message is the one-line reason, with its reason code."""
+
+    def __init__(self, message: str, reason_code: ReasonCode | None = None) -> None:
+        super().__init__(message)
+        self.reason_code = reason_code
 
 
 class SwapFailed(ExecutorError):
-    """A swap ended in failed or aborted, or did not finish in time."""
+    """A swap ended other than completed (failed, aborted) or was stranded."""
+
+    def __init__(self, message: str, reason_code: ReasonCode | None = None) -> None:
+        super().__init__(message)
+        self.reason_code = reason_code
 
 
 class SparkConnectUnsupported(ExecutorError):

@@ -108,8 +108,8 @@ def _bound(value: int | None, unbounded: int) -> int:
 def _classified(read: DataFrame, plan: RoutingPlan, settings: Settings) -> DataFrame:
     """Adds `route` (dead_letter, late or data) and the routed row's `window_end`; a record too far
     ahead of the watermark gets its reason here. Keeps the plan's bounds as columns for what follows."""
-    jump = sql_str(f"event time more than {format_duration_ms(settings.max_time_jump_ms)} ahead of the watermark")
-    size = settings.window_ms
+    jump = sql_str(f"event time more than {format_duration_ms(settings.max_time_jump.ms)} ahead of the watermark")
+    size = settings.window.ms
     bounds = [f"_{side}_{i}" for i in range(len(plan.receivers)) for side in ("since", "until")]
     return (
         _with_constants(read, plan)

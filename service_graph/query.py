@@ -27,12 +27,11 @@ import structlog
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from pyspark.sql.streaming.query import StreamingQuery
-from redis.client import Pipeline
 
 from hotswap.contract import stages
 from hotswap.contract.faults import crash_point
-from hotswap.contract.fence import Fence, fenced_write
-from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
+from hotswap.contract.fence import Batch, Fence, fenced_write
+from hotswap.contract.journal import Journal, SwapPhase, SwapRecord, active_swap
 from hotswap.contract.lifecycle import RestartBudget, stop_between_batches
 from hotswap.contract.models import GraphRecord, RoutingPlan, ServiceState, now_ms
 from hotswap.contract.names import Keys
@@ -47,7 +46,6 @@ from hotswap.service_graph.reading import Reading
 from hotswap.service_graph.routing import (
     IdleClock,
     PartitionBatchStats,
-    active_swap,
     advance_state,
     decide_cut,
     expired_rows,
@@ -78,10 +76,10 @@ class ServiceGraph:
         self._markers = MarkerWriter(settings)
         self._source = SourceOffsets(settings)
         self._lock = threading.Lock()
-        self._idle = IdleClock(settings.idle_timeout_ms, time.monotonic())
+        self._idle = IdleClock(settings.idle_timeout.ms if settings.idle_timeout else None, time.monotonic())
         self._last_advance = 0.0
         self.query: StreamingQuery | None = None
-        self._restarts = RestartBudget(settings.query_restarts, settings.query_restart_backoff_s)
+        self._restarts = RestartBudget(settings.query_restarts, settings.query_restart_backoff.s)
         self._source_spec: SourceSpec | None = None  # the namespace's resolved source, from start()
         self._readings: dict[str | None, Reading] = {}  # by the schema records are checked against
         self._partitions = 0  # the source topic's partition count, as last read
@@ -216,9 +214,9 @@ class ServiceGraph:
             swaps = self._journal.all()
         plan = self._next_plan(batch_id, state, swaps)
         median = median_event_time(self._reading(plan).read(batch)) if state.watermark is None else None
-        plan = plan.changed(ahead_after=time_jump_limit(state.watermark, median, self._settings.max_time_jump_ms))
+        plan = plan.changed(ahead_after=time_jump_limit(state.watermark, median, self._settings.max_time_jump.ms))
 
-        def queue(pipe: Pipeline) -> None:
+        def queue(pipe: Batch) -> None:
             pipe.set(self._keys.routing_plan(batch_id), plan.model_dump_json())
             pipe.delete(self._keys.routing_plan(batch_id - PLANS_KEPT))
 
@@ -269,7 +267,7 @@ class ServiceGraph:
             batch_id,
             stats,
             now_ms=now_ms(),
-            lateness_ms=self._settings.lateness_ms,
+            lateness_ms=self._settings.lateness.ms,
             idleness=self._idle.idleness(partitions, idle, now),
         )
 
@@ -327,7 +325,7 @@ class ServiceGraph:
                 **{f"routed:{query}": n for query, n in stats.routed_by_query.items()},
             }
 
-        def queue(pipe: Pipeline) -> None:
+        def queue(pipe: Batch) -> None:
             pipe.set(self._keys.service, after.model_dump_json())
             for name, count in counts.items():
                 if count:
@@ -362,8 +360,8 @@ class ServiceGraph:
         draining = plan.cut is not None and reached_cut(state.watermark, plan.cut.boundary)
         swap = self._record_draining(plan) if draining else None
         markers = graph_markers(plan, state.watermark)
-        # A swap that failed after its cut still gets its markers: the old graph must finish.
-        needs_note = swap is not None and (swap.state is SwapPhase.DRAINING or swap.failed_after_cut)
+        # A stranded swap still gets its markers: the old graph must finish.
+        needs_note = swap is not None and (swap.state is SwapPhase.DRAINING or swap.state.is_stranded)
         first_end_of_window = swap is not None and needs_note and not swap.markers_written
         # The end-of-window marker is waited for once, so the journal's note is true; others are not.
         self._markers.write(markers, wait=first_end_of_window)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from hotswap.contract.journal import SwapPhase, SwapRecord
+from hotswap.contract.journal import SwapRecord
 from hotswap.contract.models import CutRoute, Destination, GraphRecord, NodePosition, RoutingPlan, ServiceState
 from hotswap.contract.windows import Windowing, cut_boundary, first_row_needed
 from hotswap.service_graph.errors import NoTargetGraph
@@ -52,21 +52,13 @@ class Marker:
     watermark: int
 
 
-def active_swap(swaps: Iterable[SwapRecord]) -> SwapRecord | None:
-    """The one swap in progress past validation, if any (swaps run one at a time, in order)."""
-    for swap in swaps:
-        if swap.state.is_in_flight and swap.state is not SwapPhase.VALIDATED:
-            return swap
-    return None
-
-
 def routing_swap(swaps: Iterable[SwapRecord]) -> SwapRecord | None:
     """The swap whose cut shapes routing: the latest one past its cut, unless a later swap has
-    completed since. A swap that failed after its cut keeps its cut: its new graph still owns the
-    windows after W (their rows wait in its topic) and the old graph those up to W."""
+    completed since. A stranded swap keeps its cut: its new graph still owns the windows after W
+    (their rows wait in its topic) and the old graph those up to W."""
     chosen: SwapRecord | None = None
     for swap in swaps:
-        if swap.state.is_past_cut or swap.failed_after_cut:
+        if swap.state.is_past_cut:
             chosen = swap
         elif swap.state.is_done:
             chosen = None
@@ -98,13 +90,13 @@ def plan_batch(
     `ahead_after` is the latest event time routed as data; later ones are dead-lettered.
     """
     cut = None
-    if swap is not None and (swap.state.is_past_cut or swap.failed_after_cut):
+    if swap is not None and swap.state.is_past_cut:
         target = graphs.get(swap.to_query)
         old = graphs.get(swap.from_query or "")
         if target is None or old is None or swap.cut_window_end is None:
             raise NoTargetGraph(f"swap {swap.id} is past its cut but its graphs are not recorded")
         # A recovery's cut only says where a failed query stopped: no row goes to that query again.
-        if (swap.state.is_draining or swap.failed_after_cut) and swap.recovers is None:
+        if swap.state.is_draining and swap.recovers is None:
             cut = CutRoute(swap_id=swap.id, boundary=swap.cut_window_end, old_query=old.query_id, old_topic=old.topic)
     elif current is None:
         raise NoTargetGraph("no current execution graph: start the executor with `hotswap run --query FILE`")

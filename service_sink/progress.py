@@ -6,6 +6,10 @@ commit file, so a report only counts as committed once the graph's checkpoint ha
 then the committed batch and watermark are recorded. "Drained through W" is read from the
 committed watermark, never from a query having stopped.
 
+`committed_through` is the one answer to "how far has this graph emitted": the executor's drain,
+recovery and retire read it here, in the process that computed it; the reports in Redis are for
+`status` and for a restarted executor.
+
 Polled, not listened for: a Python StreamingQueryListener runs on Spark's listener bus, which
 drops events when a listener falls behind ("Dropping event from queue streams"), and a dropped
 report could hold a drain for minutes (docs/architecture.md, "Known traps").
@@ -30,6 +34,7 @@ from hotswap.contract.records import read_progress
 log = structlog.get_logger(__name__)
 
 IsCommitted = Callable[[str, int], bool]  # (query_id, batch_id) -> has the checkpoint committed it
+CheckpointWatermark = Callable[[str], int | None]  # query_id -> watermark of its last committed batch
 
 
 def parse_spark_time(text: str | None) -> int | None:
@@ -57,12 +62,34 @@ def input_offsets(progress: StreamingQueryProgress) -> dict[str, dict[str, int]]
 class ProgressReporter:
     """Reports the progress of the execution graphs the executor runs."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, is_committed: IsCommitted, fence: Fence | None = None):
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: Keys,
+        is_committed: IsCommitted,
+        fence: Fence | None = None,
+        checkpoint_watermark: CheckpointWatermark | None = None,
+    ):
         self._fence = fence  # reports are control state: only the lease holder writes them
         self._redis = client
         self._keys = keys
         self._is_committed = is_committed
+        self._checkpoint_watermark = checkpoint_watermark
         self._latest: dict[str, GraphProgress] = {}
+        self._floor: dict[str, int | None] = {}  # from the checkpoint, read once per graph
+
+    def committed_through(self, query_id: str) -> int | None:
+        """The watermark of the graph's last committed batch: every window ending at or before it
+        has been emitted. After a restart it is never below what the graph's checkpoint says (a
+        commit the reports had not confirmed before the restart still counts)."""
+        report = self._latest.get(query_id) or self._stored(query_id)
+        if query_id not in self._floor:
+            self._floor[query_id] = self._checkpoint_watermark(query_id) if self._checkpoint_watermark else None
+        reported = report.committed_watermark if report else None
+        floor = self._floor[query_id]
+        if reported is None or floor is None:
+            return reported if floor is None else floor
+        return max(reported, floor)
 
     def report(self, queries: Mapping[str, StreamingQuery]) -> None:
         """Record each graph's newest batch, then confirm the batches its checkpoint has committed."""
@@ -74,6 +101,7 @@ class ProgressReporter:
 
     def forget(self, query_id: str) -> None:
         self._latest.pop(query_id, None)
+        self._floor.pop(query_id, None)
 
     def _observe(self, query_id: str, progress: StreamingQueryProgress) -> None:
         before = self._latest.get(query_id) or self._stored(query_id) or GraphProgress(query_id=query_id)

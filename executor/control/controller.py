@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from hotswap.contract.errors import ConfigError, ControlStateLost, HotswapError, LeaseLost
 from hotswap.contract.fence import Fence, fenced_write
-from hotswap.contract.journal import Journal, SwapPhase
+from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
 from hotswap.contract.models import (
     EXECUTOR_TRANSITIONS,
     ExecutorPhase,
@@ -25,7 +25,7 @@ from hotswap.contract.models import (
     new_spark_query_id,
 )
 from hotswap.contract.names import Keys
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import Settings, deprecated_names
 from hotswap.contract.source import SourceSpec
 from hotswap.execution_graph.errors import SchemaRefused
 from hotswap.execution_graph.schemas import resolve
@@ -36,7 +36,6 @@ from hotswap.executor.control.lease import Lease
 from hotswap.executor.control.namespace import claim
 from hotswap.executor.control.swap import SwapProtocol
 from hotswap.executor.control.topics import Topics
-from hotswap.executor.control.waits import recovered_queries
 from hotswap.executor.errors import ExecutorError, LeaseHeld
 from hotswap.service_graph.errors import ServiceGraphError
 from hotswap.service_graph.query import ServiceGraph
@@ -58,13 +57,19 @@ class Executor:
         self._redis = client
         self._keys = Keys(settings.namespace)
         self._topics = Topics(settings)
-        self._lease = Lease(client, self._keys.lease, settings.lease_ttl_ms)
+        self._lease = Lease(client, self._keys.lease, settings.lease_ttl.ms)
         self.lease = self._lease  # read by the metrics (renewals and failures)
         # Every control write below checks that this executor still holds the lease (contract.fence).
         self._fence = Fence(self._keys, self._lease.token)
         self.graphs = Graphs(spark, settings, client, self._topics, self._fence)
         self.service = ServiceGraph(spark, settings, client, self._fence)
-        self.reporter = ProgressReporter(client, self._keys, self.graphs.runner.is_committed, self._fence)
+        self.reporter = ProgressReporter(
+            client,
+            self._keys,
+            self.graphs.runner.is_committed,
+            self._fence,
+            checkpoint_watermark=self.graphs.runner.last_commit_watermark,
+        )
         self._swaps: SwapProtocol | None = None
         self.dry_runs = DryRuns(settings, spark, client, self.graphs)  # `submit --dry-run`: answered, never recorded
         self._phase = ExecutorPhase.STOPPED
@@ -72,7 +77,7 @@ class Executor:
 
     def run(self, initial: QuerySource | None, stop: threading.Event) -> None:
         """Run until `stop` is set; returns after stopping every query this executor started."""
-        self._lease.acquire(self.settings.lease_wait_s)
+        self._lease.acquire(self.settings.lease_wait.s)
         try:
             claim(self._redis, self.settings, self._topics, self._lease.token)
         except Exception:
@@ -80,6 +85,8 @@ class Executor:
             raise
         self._enter(ExecutorPhase.BOOTSTRAPPING)
         structlog.contextvars.bind_contextvars(namespace=self.settings.namespace)
+        for warning in deprecated_names():
+            log.warning("deprecated setting", detail=warning)
         try:
             self._bootstrap(initial)
             self._swaps = SwapProtocol(self.settings, self._redis, self.graphs, self.reporter, self._fence)
@@ -132,32 +139,26 @@ class Executor:
         for topic in (settings.names.late_topic, settings.names.dead_letter_topic):
             self._topics.ensure(topic, partitions)
 
+        journal = Journal(self._redis, self._keys, self._fence)
+        if journal.build_index():
+            log.info("journal index of open swaps built")
         current = self.graphs.current()
+        records = self.graphs.records()
         if current is None:
             if initial is None:
                 raise ExecutorError(
                     f"namespace {settings.namespace!r} has no query yet; start it with `hotswap run --query FILE`"
                 )
-            self._deploy_initial(initial)
+            # A first deploy that an earlier executor began (recorded, not yet current) is resumed.
+            begun = next((r for r in records.values() if r.state is GraphState.STARTING), None)
+            self._deploy_initial(begun.source if begun else initial, begun)
         else:
             if initial is not None:
                 log.info(
                     "namespace already has a query; resuming it (submit a new one with `hotswap submit`)",
                     query_id=current.query_id,
                 )
-            # The old graph of a swap recorded as retired is about to be stopped: no need to resume it.
-            swaps = Journal(self._redis, self._keys).all()
-            retiring = {s.from_query for s in swaps if s.state is SwapPhase.RETIRED}
-            # A queued swap's graph starts when its turn comes (a recovery's, on another topic).
-            retiring |= {s.to_query for s in swaps if s.state in (SwapPhase.SUBMITTED, SwapPhase.VALIDATED)}
-            # A failed query that a recovery takes over must not run again next to its successor.
-            retiring |= recovered_queries(swaps)
-            for record in self.graphs.records().values():
-                # A graph that failed for good but was never retired still owns windows: retry it.
-                failed_owner = record.state is GraphState.FAILED and record.retired_at is None
-                wanted = record.state in (GraphState.STARTING, GraphState.RUNNING) or failed_owner
-                if wanted and record.query_id not in retiring:
-                    self.graphs.resume(record)
+            self._resume(current.query_id, journal.open(), records)
         self.service.start(source)
 
     def _source(self) -> SourceSpec:
@@ -186,17 +187,37 @@ class Executor:
         log.info("source", topic=self.settings.source_topic, reads=source.describe())
         return source
 
-    def _deploy_initial(self, initial: QuerySource) -> None:
+    def _resume(self, current: str, swaps: list[SwapRecord], records: dict[str, GraphRecord]) -> None:
+        """Start again the graphs that serve: the current one, and each open swap's graphs, except
+        those the swap is about to stop or that only a rollback or fix may end. A graph a swap is
+        deploying is started by that swap's step; graphs no open swap names are removed."""
+        needed = {current} | {s.to_query for s in swaps} | {s.from_query for s in swaps if s.from_query}
+        # The old graph of a swap that is retiring or retired: stopped, or about to be.
+        left = {s.from_query for s in swaps if s.state in (SwapPhase.RETIRING, SwapPhase.RETIRED)}
+        # A stranded swap's query failed for good: only a rollback or a fix forward takes it over.
+        left |= {s.to_query for s in swaps if s.state.is_stranded}
+        for record in records.values():
+            if record.query_id not in needed:
+                if record.state in (GraphState.STARTING, GraphState.RUNNING):
+                    log.info("removing graph that no open swap needs", query_id=record.query_id)
+                    self.graphs.discard(record.query_id)
+                continue
+            # A graph that failed for good but was never retired still owns windows: retry it.
+            failed_owner = record.state is GraphState.FAILED and record.retired_at is None
+            if (record.state is GraphState.RUNNING or failed_owner) and record.query_id not in left:
+                self.graphs.resume(record)
+
+    def _deploy_initial(self, initial: QuerySource, begun: GraphRecord | None) -> None:
         reads = self.graphs.version_reads(initial, self.graphs.namespace_source)
         shape = self.graphs.validate(initial, None, reads)
-        if shape.window_ms != self.settings.window_ms:
+        if shape.window_ms != self.settings.window.ms:
             log.info(
                 "query window differs from the service window; routing uses the service window",
                 query_window_ms=shape.window_ms,
-                service_window_ms=self.settings.window_ms,
+                service_window_ms=self.settings.window.ms,
             )
-        query_id = self.graphs.unique_id(initial.name, set())
-        record = GraphRecord(
+        query_id = begun.query_id if begun else self.graphs.unique_id(initial.name, set())
+        record = begun or GraphRecord(
             query_id=query_id,
             source=initial,
             window_ms=shape.window_ms,
@@ -206,8 +227,7 @@ class Executor:
             reads=reads,
             slide_ms=shape.windowing.slide_ms,
         )
-        running = self.graphs.deploy(record)
-        self.graphs.set_current(running)
+        self.graphs.deploy_first(record)
         log.info("initial execution graph running", query_id=query_id, windows=shape.windowing.describe())
 
     def _stopped(self) -> None:

@@ -85,7 +85,7 @@ class DryRuns:
         current = read_current(self._redis, self._keys)
         replaces, old_windows = predecessor(swaps, current.query_id if current else None, graphs)
         service = read_service_state(self._redis, self._keys)
-        lateness = self._settings.lateness_ms
+        lateness = self._settings.lateness.ms
         base = DryRunPlan(
             request_id=request.id,
             query=request.source.name,

@@ -1,24 +1,26 @@
 """The execution graphs of one namespace: their records in Redis and their Spark queries.
 
-A graph's record is written before the action it describes (starting, retiring), so a
-restarted executor can finish what was begun.
+A graph's record is written before the action it describes (starting, retiring), mostly by the
+swap journal in the same write as the swap's phase, so a restarted executor can finish what was
+begun.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import redis
 import structlog
 from pyspark.sql import SparkSession
 
-from hotswap.contract.fence import Fence, fenced_write
+from hotswap.contract.errors import TimeoutExpired
+from hotswap.contract.fence import Batch, Fence, fenced_write
 from hotswap.contract.lifecycle import RestartBudget
 from hotswap.contract.models import CurrentQuery, GraphRecord, GraphState, QuerySource, now_ms
 from hotswap.contract.names import Keys
 from hotswap.contract.ownership import read_owned_windows
-from hotswap.contract.records import read_current, read_graphs
+from hotswap.contract.records import read_current, read_graphs, read_graphs_named
 from hotswap.contract.settings import Settings
 from hotswap.contract.source import LEGACY_SOURCE, SourceFormat, SourceSpec
 from hotswap.execution_graph.errors import QueryRejected
@@ -58,32 +60,34 @@ class Graphs:
 
     # -- records ---------------------------------------------------------------------------
     def records(self) -> dict[str, GraphRecord]:
+        """Every graph ever recorded (for bootstrap and clean-up; the loop reads graphs by id)."""
         return read_graphs(self._redis, self._keys)
 
     def get(self, query_id: str) -> GraphRecord | None:
         raw = self._redis.hget(self._keys.graphs, query_id)
         return None if raw is None else GraphRecord.model_validate_json(raw)
 
+    def get_many(self, query_ids: Iterable[str]) -> dict[str, GraphRecord]:
+        return read_graphs_named(self._redis, self._keys, query_ids)
+
     def save(self, record: GraphRecord) -> None:
         fenced_write(
             self._redis,
             self._fence,
-            lambda pipe: pipe.hset(self._keys.graphs, record.query_id, record.model_dump_json()),
+            lambda batch: batch.hset(self._keys.graphs, record.query_id, record.model_dump_json()),
         )
 
     def current(self) -> CurrentQuery | None:
         return read_current(self._redis, self._keys)
 
-    def set_current(self, record: GraphRecord) -> None:
-        current = CurrentQuery(query_id=record.query_id, started_at=record.started_at or now_ms())
-        fenced_write(self._redis, self._fence, lambda pipe: pipe.set(self._keys.current, current.model_dump_json()))
-
     def unique_id(self, name: str, taken: set[str]) -> str:
-        used = set(self.records()) | taken
-        if name not in used:
+        def used(query_id: str) -> bool:
+            return query_id in taken or bool(self._redis.hexists(self._keys.graphs, query_id))
+
+        if not used(name):
             return name
         n = 2
-        while f"{name}-{n}" in used:
+        while used(f"{name}-{n}"):
             n += 1
         return f"{name}-{n}"
 
@@ -114,19 +118,54 @@ class Graphs:
         return check_version(self._spark, predecessor, wanted)
 
     # -- lifecycle -------------------------------------------------------------------------
-    def deploy(self, record: GraphRecord) -> GraphRecord:
-        """Create the graph's topic, start its query and wait until it runs.
+    def begin(self, record: GraphRecord) -> None:
+        """Create the graph's topic and start its query without waiting for it (see `ready`). The
+        caller recorded the graph (and its swap `deploying`) first.
 
         The topic has one partition: rows and the watermark markers after them stay in the order
         the service graph wrote them, so the graph never reads a marker before rows it covers.
         """
+        self._topics.ensure(record.topic, GRAPH_TOPIC_PARTITIONS)
+        self.runner.begin(record, self._writer(record))
+
+    def ready(self, query_id: str) -> bool:
+        """Whether the graph's query runs yet; raises GraphStartFailed if it will not."""
+        return self.runner.ready(query_id)
+
+    def deploy_first(self, record: GraphRecord, clock: Callable[[], float] = time.monotonic) -> GraphRecord:
+        """The namespace's first graph, deployed while the executor boots: recorded, started, and
+        waited for until it runs; then recorded running and current, in one write.
+
+        This one deploy blocks, before the executor's loop starts: there is nothing to serve yet and
+        the service graph cannot route without a current graph, and a first query that cannot start
+        should end `hotswap run` with its reason rather than leave an executor that serves nothing.
+        """
         self.save(record)
+        self.begin(record)
+        deadline = clock() + self._settings.deploy_timeout.s
+        while not self.ready(record.query_id):
+            if clock() >= deadline:
+                raise TimeoutExpired(
+                    f"execution graph {record.query_id} was not running after {self._settings.deploy_timeout} "
+                    "(deploy_timeout)"
+                )
+            time.sleep(0.2)
+        running = record.changed(state=GraphState.RUNNING, started_at=record.started_at or now_ms())
+        current = CurrentQuery(query_id=running.query_id, started_at=running.started_at or now_ms())
+
+        def queue(batch: Batch) -> None:
+            batch.hset(self._keys.graphs, running.query_id, running.model_dump_json())
+            batch.set(self._keys.current, current.model_dump_json())
+
+        fenced_write(self._redis, self._fence, queue)
+        return running
+
+    def resume(self, record: GraphRecord) -> None:
+        """Start again, from its checkpoint, a graph that ran when the executor stopped (its readiness
+        is not waited for: a query that dies is restarted by `supervise`)."""
+        log.info("resuming execution graph", query_id=record.query_id, state=record.state)
         self._topics.ensure(record.topic, GRAPH_TOPIC_PARTITIONS)
         self.runner.start(record, self._writer(record))
-        self.runner.wait_running(record.query_id, self._settings.deploy_timeout_s)
-        running = record.changed(state=GraphState.RUNNING, started_at=record.started_at or now_ms())
-        self.save(running)
-        return running
 
     def supervise(self) -> list[tuple[GraphRecord, str]]:
         """Restart dead graph queries from their checkpoints, with doubling back-off.
@@ -139,7 +178,7 @@ class Graphs:
         for query_id in self.runner.query_ids():
             failure = self.runner.failure(query_id)
             restarts = self._restarts.setdefault(
-                query_id, RestartBudget(self._settings.query_restarts, self._settings.query_restart_backoff_s)
+                query_id, RestartBudget(self._settings.query_restarts, self._settings.query_restart_backoff.s)
             )
             if failure is None:
                 restarts.healthy(now)
@@ -175,32 +214,27 @@ class Graphs:
             key_window_end=record.windowing.sliding,
         )
 
-    def resume(self, record: GraphRecord) -> GraphRecord:
-        """Restart a graph that was starting or running when the executor stopped."""
-        log.info("resuming execution graph", query_id=record.query_id, state=record.state)
-        return self.deploy(record)
+    def stop(self, query_id: str) -> None:
+        """Stop a drained graph's query at once.
 
-    def retire(self, query_id: str) -> None:
-        """Stop the graph's query and remove its topic (unless retired topics are kept)."""
-        # Only a drained graph retires: it has emitted and committed every window it owns, so a
-        # batch still in flight has nothing to emit and is cancelled, not waited for. (A busy
-        # graph is rarely between batches: waiting took 5-7 s of every swap, and blocked the tick.)
+        Only a drained graph retires: it has emitted and committed every window it owns, so a batch
+        still in flight has nothing to emit and is cancelled, not waited for. (A busy graph is rarely
+        between batches: waiting took 5-7 s of every swap, and blocked the tick.)
+        """
         self.runner.stop(query_id, finish_batch=False)
-        record = self.get(query_id)
-        if record is None:
-            return
-        if record.state is not GraphState.RETIRED:
-            self.save(record.changed(state=GraphState.RETIRED, retired_at=now_ms()))
+
+    def remove_topic(self, record: GraphRecord) -> None:
+        """Delete a retired graph's topic (unless retired topics are kept, or another graph reads it)."""
         if not self._settings.keep_retired_topics and not self._topic_in_use(record):
             self._topics.delete(record.topic)
-        log.info("execution graph retired", query_id=query_id)
 
     def discard(self, query_id: str) -> None:
         """Remove a graph that never served (its swap failed or was aborted before the cut)."""
         self.runner.stop(query_id)
         record = self.get(query_id)
         if record is not None:
-            self.save(record.changed(state=GraphState.FAILED, retired_at=now_ms()))
+            if record.state is not GraphState.FAILED or record.retired_at is None:
+                self.save(record.changed(state=GraphState.FAILED, retired_at=now_ms()))
             if not self._topic_in_use(record):
                 self._topics.delete(record.topic)
 

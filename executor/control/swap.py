@@ -1,41 +1,60 @@
 """The swap protocol, driven by the executor one step per loop.
 
-Phases (see contract.journal): submitted -> validated -> deployed -> cut -> draining -> drained
--> retired -> completed. The executor validates, deploys, confirms the drain and retires; the
-service graph takes the cut and writes the end-of-window markers, because both must happen at a
-micro-batch boundary of its own query (or of a tick between batches). Swaps run one at a time,
-in submission order (the order of the journal's list, which Redis appends to atomically): a
-submit that arrives during a running swap is validated at once and queued. A queued swap is bound
-to the query it replaces only when its turn comes: then the current query is its predecessor,
-and the window sizes are checked again against it, so an earlier swap that was aborted or failed
-never strands it.
+The phases and their moves are the table in contract/phases.py. Each step the executor validates
+submitted swaps (admission.py), then acts on the one active swap (`active_swap`) through the handler
+of what that swap's phase waits for: one handler per wait, no second dispatch. The service graph
+takes the cut and records `draining`, because both must happen at a micro-batch boundary of its
+own query (or at a tick between batches).
+
+Every action follows the write that records it: `deploying` (with the graph record) before the new
+query starts, `retiring` before the old query stops, `stranded` (with the current query) before
+anything else changes after a failure past the cut. No handler blocks the loop: a deploy starts
+the query on one step and checks, on later steps, whether it runs (`deploy_timeout` is measured on
+the monotonic clock across steps).
+
+Swaps run one at a time, in submission order (the order of the journal's list, which Redis appends
+to atomically): a submit that arrives during a running swap is validated at once and queued. A
+queued swap is bound to the query it replaces only when its turn comes: then the current query is
+its predecessor, and the window sizes are checked again against it, so an earlier swap that was
+aborted or failed never strands it.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import redis
 import structlog
 
-from hotswap.contract.errors import HotswapError
 from hotswap.contract.faults import crash_point
 from hotswap.contract.fence import Fence
-from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
-from hotswap.contract.models import GraphRecord, GraphState
+from hotswap.contract.journal import Also, Journal, SwapPhase, SwapRecord, active_swap
+from hotswap.contract.models import CurrentQuery, GraphRecord, GraphState, now_ms
 from hotswap.contract.names import Keys
-from hotswap.contract.records import read_progress
+from hotswap.contract.phases import Wait, clock
+from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.settings import Settings
 from hotswap.contract.windows import Windowing, first_row_needed, format_duration_ms, reached_cut, window_start
-from hotswap.execution_graph.errors import QueryRejected
+from hotswap.execution_graph.errors import GraphStartFailed, QueryRejected
 from hotswap.execution_graph.validation import check_cuttable
 from hotswap.executor.control.admission import Admission
 from hotswap.executor.control.graphs import Graphs
-from hotswap.executor.control.waits import clock, start_blocker
-from hotswap.service_sink.progress import ProgressReporter
+from hotswap.executor.control.waits import graphs_to_start, start_blocker
 
 log = structlog.get_logger(__name__)
+
+
+class Progress(Protocol):
+    """The part of the service sink's ProgressReporter the protocol reads: how far a graph emitted."""
+
+    def committed_through(self, query_id: str) -> int | None: ...
+
+    def forget(self, query_id: str) -> None: ...
+
+
+Handler = Callable[[SwapRecord, list[SwapRecord]], None]
 
 
 class SwapProtocol:
@@ -44,107 +63,144 @@ class SwapProtocol:
         settings: Settings,
         client: redis.Redis,
         graphs: Graphs,
-        reporter: ProgressReporter,
+        progress: Progress,
         fence: Fence | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._settings = settings
-        self._clock = clock  # measures the wait for a cut (tests move it by hand)
-        self._redis = client
+        self._clock = clock  # measures the deploy and the wait for a cut (tests move it by hand)
         self._keys = Keys(settings.namespace)
         self._journal = Journal(client, self._keys, fence)
         self._graphs = graphs
         self._admission = Admission(settings, self._journal, graphs)
-        self._reporter = reporter
-        self._deployed_seen: dict[str, float] = {}
-        self._waiting_logged: set[tuple[str, SwapPhase]] = set()
+        self._progress = progress
+        self._deploy_began: dict[str, float] = {}
+        self._cut_awaited: dict[str, float] = {}
+        self._said: set[tuple[str, SwapPhase]] = set()
+        self._open_ids: set[str] = set()
+        # What the executor does for a swap that waits: one handler per wait of the phase table.
+        self.handlers: Mapping[Wait, Handler] = {
+            Wait.TURN: self._start_turn,
+            Wait.GRAPH_START: self._await_start,
+            Wait.CUT: self._await_cut,
+            Wait.STOP_POINT: self._record_stop_point,
+            Wait.WATERMARK: self._await_watermark,
+            Wait.NOTHING_TO_DRAIN: self._skip_drain,
+            Wait.OLD_GRAPH_OUTPUT: self._await_old_output,
+            Wait.RETIRE: self._retire_old,
+            Wait.OLD_GRAPH_STOP: self._retire_old,
+            Wait.COMPLETION: self._complete,
+        }
 
     def step(self) -> None:
-        self._admission.admit_submitted()
-        swaps = self._journal.all()
-        active = next((s for s in swaps if s.state.is_in_flight), None)
+        swaps = self._admission.admit_submitted()
+        active = active_swap(swaps)
         if active is not None:
-            self._advance(active)
+            wait = active.state.waits_for(recovery=active.is_recovery)
+            assert wait is not None, active.state
+            self.handlers[wait](active, swaps)
         self._clean_up(swaps)
 
-    # -- the protocol ----------------------------------------------------------------------
-    def _advance(self, swap: SwapRecord) -> None:
-        bound = log.bind(swap_id=swap.id, query_id=swap.to_query)
-        if swap.state is SwapPhase.VALIDATED:
-            activated = self._activate(swap, bound)
-            if activated is not None:
-                self._deploy(activated, bound)
-        elif swap.state is SwapPhase.DEPLOYED:
-            self._await_cut(swap, bound)
-        elif swap.state in (SwapPhase.CUT, SwapPhase.DRAINING):
-            self._await_drain(swap, bound)
-        elif swap.state is SwapPhase.DRAINED:
-            self._journal.advance(swap.id, SwapPhase.RETIRED)
-            crash_point("after:retired")
-            self._retire(swap, bound)
-        elif swap.state is SwapPhase.RETIRED:
-            self._retire(swap, bound)
+    def _log(self, swap: SwapRecord) -> structlog.typing.FilteringBoundLogger:
+        return log.bind(swap_id=swap.id, query_id=swap.to_query)  # type: ignore[no-any-return]
 
-    def _activate(self, swap: SwapRecord, bound: structlog.typing.FilteringBoundLogger) -> SwapRecord | None:
-        """Bind the swap whose turn has come to the query serving now, or say why it must wait."""
-        blocker = start_blocker(self._graphs.current(), self._graphs.records(), self._journal.all(), swap)
-        if blocker is not None:
-            if (swap.id, SwapPhase.VALIDATED) not in self._waiting_logged:
-                self._waiting_logged.add((swap.id, SwapPhase.VALIDATED))
-                bound.warning("swap waits before it can start", reason=blocker)
-            return None
-        if swap.recovers is not None:
-            return self._activate_recovery(swap, bound)
+    def _say_once(self, swap: SwapRecord, event: str, **fields: object) -> None:
+        if (swap.id, swap.state) not in self._said:
+            self._said.add((swap.id, swap.state))
+            self._log(swap).info(event, **fields)
+
+    # -- validated: its turn ----------------------------------------------------------------
+    def _start_turn(self, swap: SwapRecord, swaps: list[SwapRecord]) -> None:
+        """Bind the swap whose turn has come to the query it replaces, record it `deploying` with its
+        graph record, then start the graph."""
         current = self._graphs.current()
-        old = self._graphs.get(current.query_id) if current else None
-        if old is None or swap.new_window_ms is None:
-            self._fail(swap, "no query is serving to be replaced; the namespace needs `hotswap run --query FILE`")
-            return None
-        if swap.from_query != old.query_id:
-            new = Windowing.of(swap.new_window_ms, swap.new_slide_ms)
-            try:
-                check_cuttable(old.windowing.grid_ms, new.grid_ms, slides=old.windowing.sliding or new.sliding)
-            except QueryRejected as exc:
-                self._fail(swap, f"{exc} (checked against {old.query_id}, which serves now)")
-                return None
-            bound.info("swap starts", from_query=old.query_id)
-            return self._journal.update(
-                swap.id, from_query=old.query_id, old_window_ms=old.window_ms, old_slide_ms=old.windowing.slide_ms
-            )
-        return swap
+        graphs = self._graphs.get_many(graphs_to_start(current, swaps))
+        blocker = start_blocker(current, graphs, swaps, swap)
+        if blocker is not None:
+            if (swap.id, swap.state) not in self._said:
+                self._said.add((swap.id, swap.state))
+                self._log(swap).warning("swap waits before it can start", reason=blocker)
+            return
+        binding = self._bind_recovery(swap) if swap.is_recovery else self._bind(swap, current, graphs)
+        if binding is None:
+            return
+        changes, graph = binding
+        deploying = self._journal.advance(
+            swap,
+            SwapPhase.DEPLOYING,
+            when=lambda r: r.state is SwapPhase.VALIDATED,
+            also=Also(graphs=[graph]),
+            **changes,
+        )
+        if deploying is None:
+            return
+        crash_point("after:deploying")
+        self._log(deploying).info("deploying new graph", topic=graph.topic, from_query=deploying.from_query)
+        self._begin(deploying, graph)
 
-    def _activate_recovery(self, swap: SwapRecord, bound: structlog.typing.FilteringBoundLogger) -> SwapRecord | None:
+    def _bind(
+        self, swap: SwapRecord, current: CurrentQuery | None, graphs: Mapping[str, GraphRecord]
+    ) -> tuple[dict[str, Any], GraphRecord] | None:
+        old = graphs.get(current.query_id) if current else None
+        if old is None or swap.new_window_ms is None:
+            self._fail(
+                swap,
+                "no query is serving to be replaced; the namespace needs `hotswap run --query FILE`",
+                ReasonCode.NOTHING_TO_REPLACE,
+            )
+            return None
+        new = Windowing.of(swap.new_window_ms, swap.new_slide_ms)
+        try:
+            check_cuttable(old.windowing.grid_ms, new.grid_ms, slides=old.windowing.sliding or new.sliding)
+        except QueryRejected as exc:
+            self._fail(swap, f"{exc} (checked against {old.query_id}, which serves now)", exc.reason_code)
+            return None
+        graph = self._graphs.get(swap.to_query)
+        if graph is None:
+            self._fail(swap, f"graph {swap.to_query} has no record; resubmit the query", ReasonCode.GRAPH_NOT_RECORDED)
+            return None
+        changes = {"from_query": old.query_id, "old_window_ms": old.window_ms, "old_slide_ms": old.windowing.slide_ms}
+        return changes, graph
+
+    def _bind_recovery(self, swap: SwapRecord) -> tuple[dict[str, Any], GraphRecord] | None:
         """A recovery takes over the failed query's topic from where it stopped: the end of the
         last window it emitted (its committed watermark, on its window grid), or the cut W."""
         assert swap.recovers is not None
         failed = self._journal.get(swap.recovers)
         dead = self._graphs.get(failed.to_query)
         record = self._graphs.get(swap.to_query)
-        if failed.cut_window_end is None or dead is None or record is None or swap.new_window_ms is None:
-            self._fail(swap, f"swap {swap.recovers} has no cut or no graph to take over; nothing to recover")
-            return None
-        if swap.from_query == dead.query_id and record.start_after is not None:
-            return swap  # bound before a restart
         current = self._graphs.current()
-        serving = current is not None and current.query_id == dead.query_id
-        if dead.state is not GraphState.FAILED or not serving:
+        serving = current is not None and dead is not None and current.query_id == dead.query_id
+        takeable = failed.state.is_stranded or (failed.state is SwapPhase.COMPLETED and serving)
+        if (
+            failed.cut_window_end is None
+            or dead is None
+            or record is None
+            or swap.new_window_ms is None
+            or dead.state is not GraphState.FAILED
+            or not takeable
+        ):
             self._fail(
                 swap,
-                f"query {dead.query_id} is {dead.state}{'' if serving else ' and no longer serves'}, so there is "
-                "nothing to take over; submit the query without --fix, or `hotswap rollback` the swap that serves now",
+                f"swap {failed.id} is {failed.state} and its query {failed.to_query} is "
+                f"{dead.state if dead else 'unknown'}, so there is nothing to take over; submit the query without "
+                "--fix, or `hotswap rollback` the swap that serves now",
+                ReasonCode.NOTHING_TO_RECOVER,
             )
             return None
         self._graphs.runner.stop(dead.query_id)  # it must not emit another window once its successor starts
         dead_windows = dead.windowing
         new = Windowing.of(swap.new_window_ms, swap.new_slide_ms)
         # The last window end it emitted, on its grid (window ends are multiples of the slide).
-        stopped_at = max(failed.cut_window_end, window_start(self._emitted_through(dead), dead_windows.grid_ms))
+        emitted = self._progress.committed_through(dead.query_id) or 0
+        stopped_at = max(failed.cut_window_end, window_start(emitted, dead_windows.grid_ms))
         if stopped_at % new.grid_ms:
             self._fail(
                 swap,
                 f"{dead.query_id} emitted its windows through {clock(stopped_at)}, which is not a boundary of "
                 f"{new.describe()} windows; use a window size (or slide) that divides "
                 f"{format_duration_ms(dead_windows.grid_ms)}",
+                ReasonCode.RECOVERY_NOT_ALIGNED,
             )
             return None
         # A sliding replacement's first window after that point starts size - slide before it; the
@@ -157,129 +213,200 @@ class SwapProtocol:
                 f"{clock(first_row_needed(stopped_at, new))}, but the buffer of {dead.query_id} starts at "
                 f"{clock(buffer_from)}; use windows whose size minus slide is at most "
                 f"{format_duration_ms(stopped_at - buffer_from)}",
+                ReasonCode.RECOVERY_NOT_ALIGNED,
             )
             return None
-        # Written before the deploy that uses them: the graph reads the failed graph's topic from there.
-        self._graphs.save(record.changed(topic=dead.topic, start_after=stopped_at))
-        bound.info("recovery starts", failed_query=dead.query_id, from_window_end=stopped_at)
-        return self._journal.update(
-            swap.id, from_query=dead.query_id, old_window_ms=dead.window_ms, old_slide_ms=dead_windows.slide_ms
-        )
+        self._log(swap).info("recovery starts", failed_query=dead.query_id, from_window_end=stopped_at)
+        # The graph reads the failed graph's topic from there: written with `deploying`, before it starts.
+        graph = record.changed(topic=dead.topic, start_after=stopped_at)
+        changes = {"from_query": dead.query_id, "old_window_ms": dead.window_ms, "old_slide_ms": dead_windows.slide_ms}
+        return changes, graph
 
-    def _deploy(self, swap: SwapRecord, bound: structlog.typing.FilteringBoundLogger) -> None:
-        record = self._graphs.get(swap.to_query)
-        if record is None:
-            self._fail(swap, f"graph {swap.to_query} has no record; resubmit the query")
-            return
-        bound.info("deploying new graph", topic=record.topic)
+    # -- deploying: the new graph starts ----------------------------------------------------
+    def _begin(self, swap: SwapRecord, graph: GraphRecord) -> None:
+        self._deploy_began[swap.id] = self._clock()
+        self._graphs.begin(graph)
+
+    def _await_start(self, swap: SwapRecord, swaps: list[SwapRecord]) -> None:
+        if swap.to_query not in self._graphs.runner.known():
+            # Recorded `deploying`, but not started by this executor (it restarted since): start it now.
+            graph = self._graphs.get(swap.to_query)
+            if graph is None:
+                self._fail(
+                    swap, f"graph {swap.to_query} has no record; resubmit the query", ReasonCode.GRAPH_NOT_RECORDED
+                )
+                return
+            self._begin(swap, graph)
+        began = self._deploy_began.setdefault(swap.id, self._clock())
         try:
-            self._graphs.deploy(record)
-        except HotswapError as exc:
-            self._fail(swap, f"{exc}; the old query keeps serving")
+            ready = self._graphs.ready(swap.to_query)
+        except GraphStartFailed as exc:
+            self._fail(swap, f"{exc}; the old query keeps serving", ReasonCode.DEPLOY_FAILED)
             return
-        if self._journal.advance(swap.id, SwapPhase.DEPLOYED, when=lambda r: r.state is SwapPhase.VALIDATED):
-            crash_point("after:deployed")
-            bound.info("new graph deployed; waiting for the cut")
-
-    def _emitted_through(self, graph: GraphRecord) -> int:
-        """The watermark of the graph's last committed batch: as the sink reported it, or as its
-        checkpoint says (a commit the reporter had not confirmed before an executor restart)."""
-        progress = read_progress(self._redis, self._keys, graph.query_id)
-        reported = progress.committed_watermark if progress and progress.committed_watermark else 0
-        return max(reported, self._graphs.runner.last_commit_watermark(graph.query_id) or 0)
-
-    def _await_cut(self, swap: SwapRecord, bound: structlog.typing.FilteringBoundLogger) -> None:
-        failure = self._graphs.runner.failure(swap.to_query)
-        if failure is not None:
-            self._fail(swap, f"new query {swap.to_query} failed before the cut: {failure}; the old query keeps serving")
-            return
-        if swap.recovers is not None:
-            # Its cut was decided at activation, where the failed query stopped (the graph's start_after).
-            record = self._graphs.get(swap.to_query)
-            stopped_at = record.start_after if record else None
-            cut = self._journal.advance(
-                swap.id, SwapPhase.CUT, when=lambda r: r.state is SwapPhase.DEPLOYED, cut_window_end=stopped_at
+        if ready:
+            crash_point("before:deployed")  # the new query runs; `deployed` is not written yet
+            graph = self._graphs.get(swap.to_query)
+            running = (
+                [graph.changed(state=GraphState.RUNNING, started_at=graph.started_at or now_ms())] if graph else []
             )
-            if cut is not None:
-                bound.info("recovery cut recorded", cut_window_end=stopped_at)
-            return
-        seen = self._deployed_seen.setdefault(swap.id, self._clock())
-        if self._clock() - seen > self._settings.drain_timeout_s:
+            deployed = self._journal.advance(
+                swap, SwapPhase.DEPLOYED, when=lambda r: r.state is SwapPhase.DEPLOYING, also=Also(graphs=running)
+            )
+            if deployed is not None:
+                crash_point("after:deployed")
+                self._log(swap).info(
+                    "new graph deployed; waiting for the cut", deploy_s=round(self._clock() - began, 3)
+                )
+        elif self._clock() - began > self._settings.deploy_timeout.s:
             self._fail(
                 swap,
-                f"no cut within {self._settings.drain_timeout}: the service graph routed no batch; "
-                f"check that events reach topic {self._settings.source_topic}, then resubmit",
+                f"execution graph {swap.to_query} was not running after {self._settings.deploy_timeout} "
+                "(deploy_timeout); the old query keeps serving",
+                ReasonCode.DEPLOY_TIMEOUT,
             )
 
-    def _await_drain(self, swap: SwapRecord, bound: structlog.typing.FilteringBoundLogger) -> None:
-        if swap.recovers is not None:
-            # The query it replaces is dead: it has nothing more to emit.
-            if swap.state is SwapPhase.CUT:
-                self._journal.advance(swap.id, SwapPhase.DRAINING)
-            self._journal.advance(swap.id, SwapPhase.DRAINED)
-            return
-        if swap.state is not SwapPhase.DRAINING or swap.from_query is None or swap.cut_window_end is None:
-            return
-        progress = read_progress(self._redis, self._keys, swap.from_query)
-        if reached_cut(progress.committed_watermark if progress else None, swap.cut_window_end):
-            self._journal.advance(swap.id, SwapPhase.DRAINED)
-            crash_point("after:drained")
-            bound.info("old graph drained", from_query=swap.from_query, cut_window_end=swap.cut_window_end)
-        elif (swap.id, swap.state) not in self._waiting_logged:
-            self._waiting_logged.add((swap.id, swap.state))
-            bound.info("waiting for the old graph to emit its last windows", from_query=swap.from_query)
+    # -- deployed: the cut ------------------------------------------------------------------
+    def _failed_before_cut(self, swap: SwapRecord) -> bool:
+        failure = self._graphs.runner.failure(swap.to_query)
+        if failure is not None:
+            self._fail(
+                swap,
+                f"new query {swap.to_query} failed before the cut: {failure}; the old query keeps serving",
+                ReasonCode.QUERY_FAILED_BEFORE_CUT,
+            )
+        return failure is not None
 
-    def _retire(self, swap: SwapRecord, bound: structlog.typing.FilteringBoundLogger) -> None:
-        if swap.from_query is not None:
-            self._graphs.retire(swap.from_query)
-            self._reporter.forget(swap.from_query)
-        new = self._graphs.get(swap.to_query)
-        if new is not None:
-            self._graphs.set_current(new)
-        completed = self._journal.advance(swap.id, SwapPhase.COMPLETED)
-        bound.info("swap completed", from_query=swap.from_query, cut_window_end=swap.cut_window_end)
-        if completed is not None and completed.rollback_of is not None:
-            self._mark_rolled_back(completed, self._journal.all())  # in the same step: no window without it
+    def _await_cut(self, swap: SwapRecord, swaps: list[SwapRecord]) -> None:
+        """The service graph takes the cut; the executor watches the new query and the deadline."""
+        if self._failed_before_cut(swap):
+            return
+        waited = self._clock() - self._cut_awaited.setdefault(swap.id, self._clock())
+        if waited > self._settings.cut_timeout.s:
+            self._fail(
+                swap,
+                f"no cut within {self._settings.cut_timeout} (cut_timeout): the service graph routed no batch; "
+                f"check that events reach topic {self._settings.source_topic}, then resubmit",
+                ReasonCode.CUT_TIMEOUT,
+            )
 
-    def _mark_rolled_back(self, rollback: SwapRecord, swaps: list[SwapRecord]) -> None:
-        """The swap a completed rollback undid ends `rolled_back` (done here, every step, so a crash
-        between the two writes is finished by the next executor)."""
-        assert rollback.rollback_of is not None
-        target = next((s for s in swaps if s.id == rollback.rollback_of), None)
-        if target is None or not (target.state is SwapPhase.COMPLETED or target.failed_after_cut):
-            return  # already recorded (or nothing to record): no write on every step
-        undone = self._journal.advance(
-            rollback.rollback_of,
-            SwapPhase.ROLLED_BACK,
-            when=lambda r: r.state is SwapPhase.COMPLETED or r.failed_after_cut,
+    def _record_stop_point(self, swap: SwapRecord, swaps: list[SwapRecord]) -> None:
+        """A recovery's cut is where the failed query stopped, decided when it was bound (the graph's
+        start_after): the executor records it."""
+        if self._failed_before_cut(swap):
+            return
+        graph = self._graphs.get(swap.to_query)
+        stopped_at = graph.start_after if graph else None
+        cut = self._journal.advance(
+            swap, SwapPhase.CUT, when=lambda r: r.state is SwapPhase.DEPLOYED, cut_window_end=stopped_at
         )
-        if undone is not None:
-            log.info("swap rolled back", swap_id=undone.id, by=rollback.id, from_cut=rollback.cut_window_end)
+        if cut is not None:
+            self._log(swap).info("recovery cut recorded", cut_window_end=stopped_at)
 
-    def _retire_drained_old_graph(self, swap: SwapRecord) -> None:
-        """After a swap failed past its cut, the old graph is still retired once it has drained."""
-        assert swap.from_query is not None
-        assert swap.cut_window_end is not None
-        old = self._graphs.get(swap.from_query)
-        if old is None or old.state is not GraphState.RUNNING:
+    # -- cut, draining: the old graph emits its last windows --------------------------------
+    def _await_watermark(self, swap: SwapRecord, swaps: list[SwapRecord]) -> None:
+        """The service graph records `draining` once its watermark passes W."""
+        self._say_once(swap, "waiting for the service watermark to pass W", cut_window_end=swap.cut_window_end)
+
+    def _skip_drain(self, swap: SwapRecord, swaps: list[SwapRecord]) -> None:
+        """A recovery replaces a dead query: it has nothing more to emit."""
+        if swap.state is SwapPhase.CUT:
+            moved = self._journal.advance(swap, SwapPhase.DRAINING, when=lambda r: r.state is SwapPhase.CUT)
+            if moved is None:
+                return
+            swap = moved
+        self._journal.advance(swap, SwapPhase.DRAINED, when=lambda r: r.state is SwapPhase.DRAINING)
+
+    def _await_old_output(self, swap: SwapRecord, swaps: list[SwapRecord]) -> None:
+        if swap.from_query is None or swap.cut_window_end is None:
             return
-        progress = read_progress(self._redis, self._keys, swap.from_query)
-        if reached_cut(progress.committed_watermark if progress else None, swap.cut_window_end):
-            self._graphs.retire(swap.from_query)
-            self._reporter.forget(swap.from_query)
+        if reached_cut(self._progress.committed_through(swap.from_query), swap.cut_window_end):
+            drained = self._journal.advance(swap, SwapPhase.DRAINED, when=lambda r: r.state is SwapPhase.DRAINING)
+            if drained is not None:
+                crash_point("after:drained")
+                self._log(swap).info(
+                    "old graph drained", from_query=swap.from_query, cut_window_end=swap.cut_window_end
+                )
+        else:
+            self._say_once(swap, "waiting for the old graph to emit its last windows", from_query=swap.from_query)
 
-    def _fail(self, swap: SwapRecord, reason: str) -> None:
+    # -- drained, retiring, retired: the old query stops, the new one becomes current -------
+    def _retire_old(self, swap: SwapRecord, swaps: list[SwapRecord]) -> None:
+        if swap.state is SwapPhase.DRAINED:
+            retiring = self._journal.advance(swap, SwapPhase.RETIRING, when=lambda r: r.state is SwapPhase.DRAINED)
+            if retiring is None:
+                return
+            crash_point("after:retiring")
+            swap = retiring
+        retired: list[GraphRecord] = []
+        if swap.from_query is not None:
+            self._graphs.stop(swap.from_query)
+            crash_point("after:old-stopped")  # stopped; `retired` not written yet
+            old = self._graphs.get(swap.from_query)
+            if old is not None and old.state is not GraphState.RETIRED:
+                retired.append(old.changed(state=GraphState.RETIRED, retired_at=now_ms()))
+        done = self._journal.advance(
+            swap, SwapPhase.RETIRED, when=lambda r: r.state is SwapPhase.RETIRING, also=Also(graphs=retired)
+        )
+        if done is not None:
+            crash_point("after:retired")
+            self._log(swap).info("old graph retired", from_query=swap.from_query)
+            self._complete(done, swaps)  # in the same step: nothing is left to wait for
+
+    def _complete(self, swap: SwapRecord, swaps: list[SwapRecord]) -> None:
+        """Make the new graph current and the swap completed, and record the swap it undid or took
+        over (rolled back, fixed forward), in one write: routing never sees one without the other."""
+        if swap.from_query is not None:
+            old = self._graphs.get(swap.from_query)
+            if old is not None:
+                self._graphs.remove_topic(old)
+            self._progress.forget(swap.from_query)
+        new = self._graphs.get(swap.to_query)
+        current = CurrentQuery(query_id=swap.to_query, started_at=(new.started_at if new else None) or now_ms())
+        completed = self._journal.advance(
+            swap,
+            SwapPhase.COMPLETED,
+            when=lambda r: r.state is SwapPhase.RETIRED,
+            also=Also(current=current, relabel=self._undone(swap)),
+        )
+        if completed is not None:
+            self._log(swap).info("swap completed", from_query=swap.from_query, cut_window_end=swap.cut_window_end)
+            if completed.rollback_of is not None:
+                log.info("swap rolled back", swap_id=completed.rollback_of, by=completed.id)
+
+    def _undone(self, swap: SwapRecord) -> tuple[str, SwapPhase] | None:
+        """The swap this one rolls back or fixes forward, with the phase it ends in, if it can move there."""
+        if swap.rollback_of is not None:
+            target, phase = swap.rollback_of, SwapPhase.ROLLED_BACK
+        elif swap.recovers is not None:
+            target, phase = swap.recovers, SwapPhase.FIXED_FORWARD
+        else:
+            return None
+        other = self._journal.find(target)
+        if other is None or not (other.state is phase or other.state.can_become(phase)):
+            return None  # e.g. a fix forward of a swap that had completed: it stays completed
+        return target, phase
+
+    # -- failures ---------------------------------------------------------------------------
+    def _fail(self, swap: SwapRecord, reason: str, code: ReasonCode) -> None:
+        """Before the cut: the swap fails and the old query keeps serving; then its graph goes."""
         failed = self._journal.advance(
-            swap.id, SwapPhase.FAILED, error=reason, when=lambda r: r.state.is_before_cut and r.state.is_in_flight
+            swap,
+            SwapPhase.FAILED,
+            error=reason,
+            reason_code=code,
+            when=lambda r: r.state.is_before_cut and r.state.is_in_flight,
         )
         if failed is not None:
-            log.warning("swap failed", swap_id=swap.id, reason=reason)
-            self._graphs.discard(swap.to_query)
+            log.warning("swap failed", swap_id=swap.id, reason=reason, reason_code=code)
+            # A recovery's graph may share the stranded query's topic: discard keeps a topic in use.
+            if self._graphs.get(swap.to_query) is not None:
+                self._graphs.discard(swap.to_query)
 
     def graphs_failed(self, failed: list[tuple[GraphRecord, str]]) -> None:
         """Graphs that stayed dead after their restarts. Before a cut a failing new query already
-        failed its swap; here the cut has happened, so routing keeps W: the new graph's rows wait
-        in its topic and the old graph keeps its windows up to W."""
+        failed its swap; after it, the swap is `stranded` (recorded, with its query made current, in
+        one write, before anything else changes): routing keeps W, its rows wait in its topic, and
+        the old graph keeps its windows up to W."""
         swaps = self._journal.all()
         for record, reason in failed:
             deployed_by = next((s.id for s in reversed(swaps) if s.to_query == record.query_id), None)
@@ -293,34 +420,59 @@ class SwapProtocol:
                 f"its input waits in topic {record.topic}: {way_out}"
             )
             swap = next(
-                (s for s in swaps if s.state.is_draining and record.query_id in (s.from_query, s.to_query)),
+                (s for s in swaps if s.to_query == record.query_id and s.state.is_draining and not s.state.is_stranded),
                 None,
             )
             if swap is None:
                 log.error("query failed", query_id=record.query_id, error=message)
                 continue
-            new = self._graphs.get(swap.to_query)
-            if new is not None:
-                self._graphs.set_current(new)
-            self._journal.advance(swap.id, SwapPhase.FAILED, error=message)
-            log.error("swap failed after its cut", swap_id=swap.id, query_id=record.query_id, error=message)
+            current = CurrentQuery(query_id=record.query_id, started_at=record.started_at or now_ms())
+            stranded = self._journal.advance(
+                swap,
+                SwapPhase.STRANDED,
+                error=message,
+                reason_code=ReasonCode.QUERY_FAILED_AFTER_CUT,
+                when=lambda r: r.state.is_draining and not r.state.is_stranded,
+                also=Also(current=current),
+            )
+            if stranded is not None:
+                log.error("swap stranded after its cut", swap_id=swap.id, query_id=record.query_id, error=message)
 
+    # -- clean-up ---------------------------------------------------------------------------
     def _clean_up(self, swaps: list[SwapRecord]) -> None:
-        """Record rollbacks that completed, and stop graphs whose swap ended before the cut (aborted
-        or failed)."""
-        current = self._graphs.current()
+        """Remove the graphs of swaps that ended before their cut (aborted, failed) since the last
+        step, and retire the old graph of a stranded swap once it has emitted its windows through W."""
+        open_ids = {s.id for s in swaps}
+        for swap_id in self._open_ids - open_ids:
+            self._deploy_began.pop(swap_id, None)
+            self._cut_awaited.pop(swap_id, None)
+            ended = self._journal.find(swap_id)
+            if ended is not None and ended.state.is_terminal and not ended.state.is_done:
+                self._remove_graph_of(ended)
+        self._open_ids = open_ids
         for swap in swaps:
-            if swap.rollback_of is not None and swap.state is SwapPhase.COMPLETED:
-                self._mark_rolled_back(swap, swaps)
-            if swap.state is SwapPhase.FAILED and swap.cut_window_end is not None and swap.from_query:
+            if swap.state.is_stranded and swap.from_query and swap.cut_window_end is not None:
                 self._retire_drained_old_graph(swap)
-                continue
-            # Only a validated swap owns its graph (validation gives it a unique query id).
-            if swap.state not in (SwapPhase.ABORTED, SwapPhase.FAILED) or swap.new_window_ms is None:
-                continue
-            if current is not None and current.query_id == swap.to_query:
-                continue
-            record = self._graphs.get(swap.to_query)
-            if record is not None and record.state in (GraphState.STARTING, GraphState.RUNNING):
-                log.info("removing graph of ended swap", swap_id=swap.id, query_id=swap.to_query, state=swap.state)
-                self._graphs.discard(swap.to_query)
+
+    def _remove_graph_of(self, swap: SwapRecord) -> None:
+        current = self._graphs.current()
+        if swap.new_window_ms is None or (current is not None and current.query_id == swap.to_query):
+            return  # rejected (it has no graph), or its graph serves
+        record = self._graphs.get(swap.to_query)
+        running = swap.to_query in self._graphs.runner.known()
+        if running or (record is not None and record.state in (GraphState.STARTING, GraphState.RUNNING)):
+            log.info("removing graph of ended swap", swap_id=swap.id, query_id=swap.to_query, state=swap.state)
+            self._graphs.discard(swap.to_query)
+
+    def _retire_drained_old_graph(self, swap: SwapRecord) -> None:
+        """After a swap was stranded, its old graph is still retired once it has drained."""
+        assert swap.from_query is not None
+        assert swap.cut_window_end is not None
+        old = self._graphs.get(swap.from_query)
+        if old is None or old.state is not GraphState.RUNNING:
+            return
+        if reached_cut(self._progress.committed_through(swap.from_query), swap.cut_window_end):
+            self._graphs.stop(swap.from_query)
+            self._graphs.save(old.changed(state=GraphState.RETIRED, retired_at=now_ms()))
+            self._graphs.remove_topic(old)
+            self._progress.forget(swap.from_query)

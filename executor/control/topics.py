@@ -65,7 +65,7 @@ class Topics:
                 raise
 
         try:
-            return retry_transient(attempt, what, self._settings.retry_deadline_s)
+            return retry_transient(attempt, what, self._settings.retry_deadline.s)
         except KafkaError as exc:
             raise ExecutorError(
                 f"{what} failed at Kafka {self._settings.bootstrap}: {type(exc).__name__}: {exc}; "
@@ -83,7 +83,7 @@ class Topics:
                 consumer.close()
             return len(parts) if parts else None
 
-        return retry_transient(read, f"reading the metadata of topic {topic}", self._settings.retry_deadline_s)
+        return retry_transient(read, f"reading the metadata of topic {topic}", self._settings.retry_deadline.s)
 
     def ensure(
         self, topic: str, partitions: int, configs: dict[str, str] | None = None, timeout_s: float = 30.0

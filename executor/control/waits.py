@@ -1,91 +1,86 @@
-"""What an unfinished swap waits for: one rule, read by the executor (to decide) and by `status`
-(to say it). Pure functions over records; nothing here needs Spark."""
+"""What holds a queued swap back, and what an unfinished swap waits for: one rule, read by the
+executor (to decide) and by `status` (to say it). Pure functions over records; nothing here needs
+Spark. The texts themselves are the phase table's (contract/phases.py)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from collections.abc import Mapping
 
-from hotswap.contract.journal import SwapPhase, SwapRecord
-from hotswap.contract.models import CurrentQuery, GraphProgress, GraphRecord, GraphState, ServiceState
+from hotswap.contract.journal import SwapRecord, active_swap
+from hotswap.contract.models import CurrentQuery, GraphRecord, GraphState, ServiceState, now_ms
+from hotswap.contract.phases import Wait, WaitFacts, wait_text
+
+
+def graphs_to_start(current: CurrentQuery | None, swaps: list[SwapRecord]) -> list[str]:
+    """The graphs `start_blocker` reads: the current one and the old graphs of stranded swaps."""
+    named = [current.query_id] if current else []
+    return named + [s.from_query for s in swaps if s.state.is_stranded and s.from_query]
 
 
 def start_blocker(
     current: CurrentQuery | None,
-    graphs: dict[str, GraphRecord],
+    graphs: Mapping[str, GraphRecord],
     swaps: list[SwapRecord],
     candidate: SwapRecord | None = None,
 ) -> str | None:
     """Why no queued swap (or `candidate`) may start now, or None.
 
-    The query serving the windows after the last cut must be running (a swap replaces it and its
-    old graph must drain), unless the candidate recovers that very query from its failure; and the
-    old graph of a swap that failed after its cut must have emitted its windows through that cut
-    first.
+    A stranded swap holds every other swap back until a recovery takes it over (only that recovery
+    may start), and its old graph must have emitted its windows through the cut first. Otherwise the
+    query serving the windows after the last cut must be running: a swap replaces it, and its old
+    graph must drain.
     """
+    recovering = candidate is not None and candidate.is_recovery
+    for swap in swaps:
+        if not swap.state.is_stranded:
+            continue
+        if candidate is None or candidate.recovers != swap.id:
+            return (
+                f"swap {swap.id} is stranded (its query {swap.to_query} failed for good after its cut): "
+                f"`hotswap rollback {swap.id}` or `hotswap submit FILE --fix {swap.id}` takes it over first"
+            )
+        old = graphs.get(swap.from_query or "")
+        if old is not None and old.state is GraphState.RUNNING:
+            return f"query {old.query_id} is still emitting its windows through the cut of swap {swap.id}"
     record = graphs.get(current.query_id) if current else None
-    recovering = candidate is not None and candidate.recovers is not None
     if record is not None and record.state is not GraphState.RUNNING and not recovering:
         return (
             f"query {record.query_id} serves the windows after the last cut but is {record.state}; fix its cause "
-            "and restart `hotswap run`, or take over its buffer: `hotswap rollback ID` or `submit FILE --fix ID` "
-            "on the swap that failed"
+            "and restart `hotswap run`, which resumes it"
         )
-    for swap in swaps:
-        if swap.state is SwapPhase.FAILED and swap.cut_window_end is not None and swap.from_query:
-            old = graphs.get(swap.from_query)
-            if old is not None and old.state is GraphState.RUNNING:
-                return f"query {old.query_id} is still emitting its windows through the cut of swap {swap.id}"
     return None
 
 
-def recovered_queries(swaps: list[SwapRecord]) -> set[str]:
-    """Queries that failed for good after their cut and that a recovery (rollback or fix forward)
-    has claimed: they must never run again, whatever state the recovery is in."""
-    by_id = {s.id: s for s in swaps}
-    out = set()
-    for swap in swaps:
-        failed = by_id.get(swap.recovers or "")
-        if failed is not None and not swap.ended_before_cut:
-            out.add(failed.to_query)
-    return out
+def turn(swap: SwapRecord, swaps: list[SwapRecord], blocker: str | None) -> str:
+    """What a validated swap waits for before it deploys."""
+    active = active_swap(swaps)
+    if active is not None and active.id != swap.id:
+        return f"swap {active.id} ahead of it to finish"
+    return blocker or "the executor's next step"
 
 
 def waiting_for(
     swap: SwapRecord,
     swaps: list[SwapRecord],
     service: ServiceState,
-    progress: dict[str, GraphProgress | None],
+    graphs: Mapping[str, GraphRecord],
+    committed: Mapping[str, int | None],
     blocker: str | None,
 ) -> str | None:
-    """What an unfinished swap waits for, in one line; None once it has ended."""
-    state = swap.state
-    if state.is_terminal:
+    """What an unfinished swap waits for, in one line (the phase table's text); None once it has ended."""
+    wait = swap.state.waits_for(recovery=swap.is_recovery)
+    if wait is None:
         return None
-    if state is SwapPhase.SUBMITTED:
-        return "validation by the executor"
-    if state is SwapPhase.VALIDATED:
-        position = next((i for i, s in enumerate(swaps) if s.id == swap.id), 0)
-        ahead = [s.id for s in swaps[:position] if not s.state.is_terminal]
-        if ahead:
-            return f"swap {ahead[0]} ahead of it to finish"
-        return blocker or "its new graph to start"
-    if state is SwapPhase.DEPLOYED:
-        if swap.recovers is not None:
-            return "the executor to record where the failed query stopped"
-        return "the cut at the service graph's next batch or tick"
-    w = swap.cut_window_end
-    if state is SwapPhase.CUT:
-        idle = service.idle_partitions
-        return f"drain: service watermark {clock(service.watermark)} < W {clock(w)}" + (
-            f"; partitions {', '.join(idle)} idle" if idle else ""
-        )
-    if state is SwapPhase.DRAINING:
-        old = progress.get(swap.from_query or "")
-        reached = old.committed_watermark if old else None
-        return f"{swap.from_query} to emit its windows through W {clock(w)} (its watermark {clock(reached)})"
-    return f"{swap.from_query} to be retired"
-
-
-def clock(ms: int | None) -> str:
-    """A time of day for one-line messages (UTC, with milliseconds)."""
-    return "-" if ms is None else datetime.fromtimestamp(ms / 1000, UTC).strftime("%H:%M:%S.%f")[:-3]
+    old = graphs.get(swap.from_query or "")
+    facts = WaitFacts(
+        turn=turn(swap, swaps, blocker) if wait is Wait.TURN else "",
+        watermark=service.watermark,
+        idle=tuple(service.idle_partitions),
+        old_watermark=committed.get(swap.from_query or ""),
+        old_failed=old is not None and old.state is GraphState.FAILED,
+        elapsed_ms=now_ms() - swap.phases[-1].at if swap.phases else None,
+        taker=next((s.id for s in swaps if s.recovers == swap.id and s.state.is_in_flight), None),
+    )
+    return wait_text(
+        wait, swap_id=swap.id, to_query=swap.to_query, from_query=swap.from_query, cut=swap.cut_window_end, facts=facts
+    )

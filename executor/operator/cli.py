@@ -174,7 +174,7 @@ def run(
     check_spark_target(settings)  # before the lease or Redis: a target that cannot work changes nothing
     source = load_query_source(query, name)
     client = redis_client(settings)
-    Lease(client, Keys(settings.namespace).lease, settings.lease_ttl_ms).wait_until_free(settings.lease_wait_s)
+    Lease(client, Keys(settings.namespace).lease, settings.lease_ttl.ms).wait_until_free(settings.lease_wait.s)
     if reset_namespace:
         from hotswap.executor.control.namespace import reset
         from hotswap.executor.control.topics import Topics

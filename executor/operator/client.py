@@ -24,8 +24,17 @@ from hotswap.contract.models import (
     QuerySource,
 )
 from hotswap.contract.names import Keys
+from hotswap.contract.phases import clock
 from hotswap.contract.plans import DRY_RUN_TTL_S, DryRunPlan, DryRunRequest
-from hotswap.contract.records import read_counters, read_current, read_graphs, read_progress, read_service_state
+from hotswap.contract.reasons import ReasonCode
+from hotswap.contract.records import (
+    read_counters,
+    read_current,
+    read_graphs,
+    read_graphs_named,
+    read_progress,
+    read_service_state,
+)
 from hotswap.contract.settings import Settings
 from hotswap.contract.status import (
     CurrentStatus,
@@ -41,7 +50,7 @@ from hotswap.contract.status import (
 )
 from hotswap.contract.windows import Windowing
 from hotswap.execution_graph.source import load_query_source
-from hotswap.executor.control.waits import clock, start_blocker, waiting_for
+from hotswap.executor.control.waits import start_blocker, waiting_for
 from hotswap.executor.errors import ExecutorError, SubmitRejected, SwapFailed
 
 
@@ -72,11 +81,12 @@ def redis_client(settings: Settings, retries: int = 40) -> redis.Redis:
     )
 
 
-def _failed_for_good_after_cut(swap: SwapRecord, graph: GraphRecord | None) -> bool:
-    """The swap's new query failed for good after its cut: during the drain (the swap failed) or
-    once the swap had completed. Its rows wait in its topic for a successor to take over."""
-    past_cut = swap.failed_after_cut or swap.state is SwapPhase.COMPLETED
-    return past_cut and graph is not None and graph.state is GraphState.FAILED
+def _takeable(swap: SwapRecord, graph: GraphRecord | None) -> bool:
+    """The swap's new query failed for good after its cut: during the drain (the swap is stranded)
+    or once the swap had completed. Its rows wait in its topic for a successor to take over."""
+    if swap.state.is_stranded:
+        return True
+    return swap.state is SwapPhase.COMPLETED and graph is not None and graph.state is GraphState.FAILED
 
 
 class Client:
@@ -104,22 +114,21 @@ class Client:
         """
         source = _declared_source(path, name, source_schema, avro_schema)
         if fix is not None:
-            self._failed_after_cut(fix, "fixed forward")
+            self._to_take_over(fix, "fixed forward")
         swap = SwapRecord(id=uuid.uuid4().hex[:10], to_query=source.name, source=source, recovers=fix)
         return self._queue(swap, validation_timeout_s)
 
-    def _failed_after_cut(self, swap_id: str, what: str) -> SwapRecord:
+    def _to_take_over(self, swap_id: str, what: str) -> SwapRecord:
         """The swap, if its new query failed for good after its cut and nothing took it over yet."""
         swap = self.journal.get(swap_id)
-        graph = read_graphs(self._redis, self._keys).get(swap.to_query)
-        if not _failed_for_good_after_cut(swap, graph):
+        graph = read_graphs_named(self._redis, self._keys, [swap.to_query]).get(swap.to_query)
+        if not _takeable(swap, graph):
             raise ExecutorError(
                 f"swap {swap_id} is {swap.state} and its query {swap.to_query} is "
                 f"{graph.state if graph else 'unknown'}; only a query that failed for good after its cut can be {what}"
             )
-        for other in self.journal.all():
-            claimed = other.state is SwapPhase.COMPLETED or other.failed_after_cut or not other.state.is_terminal
-            if other.recovers == swap_id and claimed:
+        for other in self.journal.open():
+            if other.recovers == swap_id:
                 raise ExecutorError(
                     f"swap {other.id} ({other.state}) already took over swap {swap_id}'s query; "
                     f"roll back or fix forward {other.id} instead"
@@ -139,22 +148,24 @@ class Client:
                 swap = self.journal.get(swap_id)  # cut meanwhile: roll back after the cut
         if swap.state is SwapPhase.ROLLED_BACK:
             raise ExecutorError(f"swap {swap_id} is already rolled back")
+        if swap.state is SwapPhase.FIXED_FORWARD:
+            raise ExecutorError(f"swap {swap_id} was fixed forward; roll back the swap that fixed it instead")
         recovers = None
-        if _failed_for_good_after_cut(swap, read_graphs(self._redis, self._keys).get(swap.to_query)):
+        if _takeable(swap, read_graphs_named(self._redis, self._keys, [swap.to_query]).get(swap.to_query)):
             # The previous query takes over the failed one's buffer, from where it stopped.
-            self._failed_after_cut(swap_id, "rolled back")
+            self._to_take_over(swap_id, "rolled back")
             recovers = swap_id
-        elif not (swap.state.is_past_cut or swap.state is SwapPhase.COMPLETED or swap.failed_after_cut):
+        elif not (swap.state.is_past_cut or swap.state is SwapPhase.COMPLETED):
             raise ExecutorError(f"swap {swap_id} ended {swap.state} before its cut; there is nothing to roll back")
         if swap.from_query is None:
             raise ExecutorError(f"swap {swap_id} records no previous query; submit its file instead")
-        pending = [s for s in self.journal.all() if s.rollback_of == swap_id and not s.state.is_terminal]
+        pending = [s for s in self.journal.open() if s.rollback_of == swap_id]
         if pending:
             raise ExecutorError(
                 f"swap {pending[0].id} already rolls back swap {swap_id}; follow it with `hotswap status`, "
                 f"or `hotswap abort {pending[0].id}` to start over"
             )
-        previous = read_graphs(self._redis, self._keys).get(swap.from_query)
+        previous = read_graphs_named(self._redis, self._keys, [swap.from_query]).get(swap.from_query)
         if previous is None:
             raise ExecutorError(f"the journal has no record of query {swap.from_query}; submit its file instead")
         back = SwapRecord(
@@ -177,13 +188,16 @@ class Client:
             created.id, lambda r: r.state is not SwapPhase.SUBMITTED, validation_timeout_s, "validated"
         )
         if record.state is SwapPhase.REJECTED:
-            raise SubmitRejected(f"rejected: {record.error}")
+            raise SubmitRejected(f"rejected ({record.reason_code}): {record.error}", record.reason_code)
         return record
 
     def wait_until_done(self, swap_id: str, timeout_s: float) -> SwapRecord:
-        record = self.wait_for(swap_id, lambda r: r.state.is_terminal, timeout_s, "completed")
-        if not record.state.is_done:
-            raise SwapFailed(f"swap {swap_id} {record.state}: {record.error}")
+        """Until the swap completes; raises SwapFailed once it ended otherwise, or was stranded."""
+        record = self.wait_for(swap_id, lambda r: r.state.is_settled, timeout_s, "completed")
+        if record.state is not SwapPhase.COMPLETED:
+            raise SwapFailed(
+                f"swap {swap_id} {record.state} ({record.reason_code}): {record.error}", record.reason_code
+            )
         return record
 
     def wait_for(self, swap_id: str, done: Callable[[SwapRecord], bool], timeout_s: float, what: str) -> SwapRecord:
@@ -201,7 +215,11 @@ class Client:
 
     def abort(self, swap_id: str) -> SwapRecord:
         aborted = self.journal.advance(
-            swap_id, SwapPhase.ABORTED, error="aborted by operator", when=lambda r: r.state.is_before_cut
+            swap_id,
+            SwapPhase.ABORTED,
+            error="aborted by operator",
+            reason_code=ReasonCode.ABORTED_BY_OPERATOR,
+            when=lambda r: r.state.is_before_cut,
         )
         if aborted is None:
             latest = self.journal.get(swap_id)
@@ -225,6 +243,7 @@ class Client:
         progress = {query_id: read_progress(self._redis, self._keys, query_id) for query_id in graphs}
         raw_namespace = self._redis.get(self._keys.namespace_record)
         namespace = NamespaceRecord.model_validate_json(raw_namespace) if raw_namespace else None
+        committed = {q: p.committed_watermark if p else None for q, p in progress.items()}
         return Status(
             namespace=self.settings.namespace,
             executor=ExecutorStatus(
@@ -236,7 +255,9 @@ class Client:
             current=CurrentStatus(query_id=current.query_id, started_at=current.started_at) if current else None,
             swaps=[
                 _swap_status(
-                    s, waiting_for(s, swaps, service, progress, start_blocker(current, graphs, swaps, s)), swaps
+                    s,
+                    waiting_for(s, swaps, service, graphs, committed, start_blocker(current, graphs, swaps, s)),
+                    swaps,
                 )
                 for s in swaps
             ],
@@ -334,11 +355,14 @@ def window_owners(swaps: list[SwapRecord], current: str | None) -> list[OwnerSta
 
 
 def _swap_status(swap: SwapRecord, waiting: str | None, swaps: list[SwapRecord]) -> SwapStatus:
-    undoing = next((s for s in swaps if s.rollback_of == swap.id and s.state is SwapPhase.COMPLETED), None)
+    undoing = next(
+        (s for s in swaps if swap.id in (s.rollback_of, s.recovers) and s.state is SwapPhase.COMPLETED), None
+    )
     note = None
-    if swap.state is SwapPhase.ROLLED_BACK and undoing is not None:
+    if swap.state in (SwapPhase.ROLLED_BACK, SwapPhase.FIXED_FORWARD) and undoing is not None:
+        how = "rolled back" if swap.state is SwapPhase.ROLLED_BACK else "fixed forward"
         note = (
-            f"rolled back by {undoing.id}: windows ending after {clock(swap.cut_window_end)} through "
+            f"{how} by {undoing.id}: windows ending after {clock(swap.cut_window_end)} through "
             f"{clock(undoing.cut_window_end)} keep {swap.to_query}'s results; {undoing.to_query} answers after that"
         )
     return SwapStatus(
@@ -354,6 +378,7 @@ def _swap_status(swap: SwapRecord, waiting: str | None, swaps: list[SwapRecord])
         new_slide_ms=_slide(swap.new_window_ms, swap.new_slide_ms),
         phases=[PhaseStatus(name=p.name, at=p.at) for p in swap.phases],
         error=swap.error,
+        reason_code=swap.reason_code,
         waiting_for=waiting,
         rollback_of=swap.rollback_of,
         note=note,

@@ -121,7 +121,7 @@ def run_demo(
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and swap_id is not None:
             phases_shown = _show_phases(client, console, swap_id, phases_shown)
-            if client.journal.get(swap_id).state.is_terminal:
+            if client.journal.get(swap_id).state.is_settled:
                 break
             time.sleep(1.0)
         _show_new_windows(settings, console, shown, first_result_at, stack_ready)
@@ -173,7 +173,7 @@ def run_attached_demo(
             if end != last_end:
                 last_end, last_change = end, time.monotonic()
             load_ended = sum(end.values()) > 0 and time.monotonic() - last_change >= QUIET_S
-            if swap_id is not None and load_ended and client.journal.get(swap_id).state.is_terminal:
+            if swap_id is not None and load_ended and client.journal.get(swap_id).state.is_settled:
                 break
             if time.monotonic() >= deadline:
                 waited = "a first result" if first_result_at is None else "the swap to end and the load to stop"

@@ -62,8 +62,8 @@ def render_status(doc: Status) -> None:
     # A failure's reason is one line with its root cause: printed whole, never wrapped in a column.
     for s in doc.swaps:
         if s.error:
-            code = getattr(s, "reason_code", None)
-            console.print(f"swap {s.id} {s.state}: {s.error}" + (f" [{code}]" if code else ""), soft_wrap=True)
+            code = f" [{s.reason_code}]" if s.reason_code else ""
+            console.print(f"swap {s.id} {s.state}: {s.error}{code}", soft_wrap=True)
     owners = " | ".join(
         f"{o.query_id} {iso(o.after) if o.after else '…'} .. {iso(o.through) if o.through else '…'}" for o in doc.owners
     )

@@ -154,13 +154,13 @@ def _swap_view(snap: Snapshot, swap: SwapStatus, memory: WatchMemory, settings: 
         started = next((p.at for p in reversed(swap.phases) if str(p.name) in ("validated", "deploying")), None)
         if started is not None:
             elapsed = (snap.at_ms - started) / 1000
-            limit = settings.deploy_timeout_s
+            limit = settings.deploy_timeout.s
             out.append(_bar("deploy", elapsed, limit, f"{elapsed:.1f} s of {limit:.0f} s allowed"))
     if w is not None:
         watermark = snap.status.service.watermark
         old_window = swap.old_window_ms or 0
         if watermark is not None and swap.state is SwapPhase.CUT:
-            start = w - old_window - settings.lateness_ms
+            start = w - old_window - settings.lateness.ms
             out.append(
                 _bar("service watermark -> W", watermark - start, w - start, f"{clock(watermark)} of {clock(w)}")
             )

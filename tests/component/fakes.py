@@ -1,26 +1,41 @@
 """Fakes for the component tests: the control plane's own code on fakeredis, with Spark, Kafka and
-time replaced. Graph records, the journal, the swap protocol and the lease are the real ones."""
+time replaced. Graph records, the journal, the swap protocol, the lease and the service graph's
+cut and drain (its tick, over the real routing core) are the real ones."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from typing import Any, cast
 
 import fakeredis
 from pyspark.sql import SparkSession
-from redis.client import Pipeline
+from pyspark.sql.streaming.query import StreamingQuery
 
+from hotswap.contract import fence
 from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
-from hotswap.contract.models import GraphProgress, GraphRecord, GraphState, QueryKind, QuerySource
+from hotswap.contract.models import (
+    GraphProgress,
+    GraphRecord,
+    GraphState,
+    NodePosition,
+    QueryKind,
+    QuerySource,
+    ServiceState,
+)
 from hotswap.contract.names import Keys
+from hotswap.contract.records import read_service_state
 from hotswap.contract.settings import Settings
 from hotswap.contract.source import SourceSpec
+from hotswap.contract.windows import Windowing
 from hotswap.execution_graph.errors import GraphStartFailed, QueryRejected
 from hotswap.execution_graph.validation import QueryShape, check_cuttable
 from hotswap.executor.control.graphs import Graphs
 from hotswap.executor.control.swap import SwapProtocol
 from hotswap.executor.control.topics import Topics
-from hotswap.service_sink.progress import ProgressReporter
+from hotswap.service_graph.kafka_io import MarkerWriter, SourceOffsets
+from hotswap.service_graph.query import ServiceGraph
+from hotswap.service_graph.routing import Marker
 
 # Never touched: the parts of Graphs that need Spark (validation, the runner) are faked below.
 NO_SPARK = cast(SparkSession, None)
@@ -44,9 +59,11 @@ class ManualClock:
         self.now += seconds
 
 
-def query(name: str, window_ms: int = 10_000) -> QuerySource:
-    """A query whose (fake) analysis finds windows of `window_ms`."""
-    return QuerySource(name=name, kind=QueryKind.SQL, text=str(window_ms))
+def query(name: str, window_ms: int = 10_000, slide_ms: int | None = None) -> QuerySource:
+    """A query whose (fake) analysis finds windows of `window_ms`, starting every `slide_ms` (None:
+    tumbling)."""
+    text = str(window_ms) if slide_ms is None else f"{window_ms}/{slide_ms}"
+    return QuerySource(name=name, kind=QueryKind.SQL, text=text)
 
 
 class FakeRunner:
@@ -54,21 +71,44 @@ class FakeRunner:
 
     def __init__(self) -> None:
         self.queries: dict[str, str | None] = {}
+        self.starting: dict[str, int] = {}  # query id -> readiness checks left before it runs
         self.started: list[str] = []
         self.restarted: list[str] = []
         self.stopped: list[str] = []
         self.cancelled: list[str] = []  # stopped without waiting for the batch in flight
         self.start_fails: dict[str, str] = {}  # query id -> why its start fails
+        self.slow_start: dict[str, int] = {}  # query id -> readiness checks that say "not yet"
+        self.ready_checks: list[str] = []
 
     def start(self, record: GraphRecord, writer: object) -> None:
         self.started.append(record.query_id)
         self.queries[record.query_id] = None
 
-    def wait_running(self, query_id: str, timeout_s: float) -> None:
-        reason = self.start_fails.get(query_id)
-        if reason is not None:
-            self.queries[query_id] = reason
-            raise GraphStartFailed(f"execution graph {query_id} failed to start: {reason}")
+    def begin(self, record: GraphRecord, writer: object) -> None:
+        if record.query_id in self.starting or record.query_id in self.queries:
+            return
+        self.started.append(record.query_id)
+        self.starting[record.query_id] = self.slow_start.get(record.query_id, 0)
+
+    def ready(self, query_id: str) -> bool:
+        self.ready_checks.append(query_id)
+        if query_id in self.starting:
+            reason = self.start_fails.get(query_id)
+            if reason is not None:
+                del self.starting[query_id]
+                raise GraphStartFailed(f"execution graph {query_id} failed to start: {reason}")
+            if self.starting[query_id] > 0:
+                self.starting[query_id] -= 1
+                return False
+            del self.starting[query_id]
+            self.queries[query_id] = None
+        failure = self.queries.get(query_id, "it is not running")
+        if failure is not None:
+            raise GraphStartFailed(f"execution graph {query_id} failed to start: {failure}")
+        return True
+
+    def known(self) -> set[str]:
+        return set(self.queries) | set(self.starting)
 
     def restart(self, record: GraphRecord, writer: object) -> None:
         self.restarted.append(record.query_id)
@@ -84,6 +124,7 @@ class FakeRunner:
         return list(self.queries)
 
     def stop(self, query_id: str, *, finish_batch: bool = True) -> None:
+        self.starting.pop(query_id, None)
         if query_id in self.queries:
             del self.queries[query_id]
             self.stopped.append(query_id)
@@ -125,23 +166,58 @@ class SparklessGraphs(Graphs):
             raise QueryRejected(self.refuse[source.name])
         if source.name in self.crash:
             raise self.crash[source.name]
-        window_ms = int(source.text)
+        size, _, slide = source.text.partition("/")
+        windows = Windowing.of(int(size), int(slide) if slide else None)
         if running_window_ms is not None:
-            check_cuttable(running_window_ms, window_ms)
-        return QueryShape(window_ms=window_ms, columns=(), group_columns=())
+            check_cuttable(running_window_ms, windows.grid_ms, slides=windows.sliding)
+        return QueryShape(window_ms=windows.size_ms, slide_ms=windows.slide_ms, columns=(), group_columns=())
 
 
 class FakeReporter:
+    """The service sink's reporter: how far each graph has emitted, as the sink would confirm it."""
+
     def __init__(self) -> None:
+        self.committed: dict[str, int] = {}
         self.forgotten: list[str] = []
+
+    def committed_through(self, query_id: str) -> int | None:
+        return self.committed.get(query_id)
 
     def forget(self, query_id: str) -> None:
         self.forgotten.append(query_id)
 
 
+class ActiveQuery:
+    """The service graph's Spark query, running between batches."""
+
+    isActive = True  # noqa: N815 - pyspark's name
+
+
+class RecordedMarkers(MarkerWriter):
+    """The service graph's marker producer, keeping the markers instead of sending them."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        self.sent: list[Marker] = []
+
+    def write(self, markers: list[Marker], *, wait: bool = False) -> None:
+        self.sent.extend(markers)
+
+
+class QuietSource(SourceOffsets):
+    """Kafka's view of the source topic: nothing waiting to be read."""
+
+    def end(self) -> dict[str, int]:
+        return {}
+
+    def log_start(self) -> dict[str, int]:
+        return {}
+
+
 class World:
-    """One namespace's control plane: the executor's side (protocol, graphs) and helpers that play
-    the service graph (cuts) and the service sink (progress reports)."""
+    """One namespace's control plane: the executor's side (protocol, graphs), the real service graph
+    taking cuts and recording the drain on its tick (with Spark and Kafka faked), and a helper that
+    plays the service sink (progress reports)."""
 
     def __init__(self, settings: Settings, client: fakeredis.FakeRedis | None = None) -> None:
         self.settings = settings
@@ -150,11 +226,14 @@ class World:
         self.clock = ManualClock()
         self.graphs = SparklessGraphs(settings, self.client, self.clock)
         self.reporter = FakeReporter()
-        self.protocol = SwapProtocol(
-            settings, self.client, self.graphs, cast(ProgressReporter, self.reporter), clock=self.clock
-        )
+        self.protocol = SwapProtocol(settings, self.client, self.graphs, self.reporter, clock=self.clock)
         self.journal = Journal(self.client, self.keys)
-        self._batch = 0
+        self.service = ServiceGraph(NO_SPARK, settings, self.client)
+        self.service.query = cast(StreamingQuery, ActiveQuery())
+        self.markers = RecordedMarkers(settings)
+        self.service._markers = self.markers
+        self.service._source = QuietSource(settings)
+        self.journal.build_index()
 
     def serve(self, name: str, window_ms: int = 10_000) -> GraphRecord:
         """`hotswap run --query`: the namespace's first query, running and current."""
@@ -164,14 +243,14 @@ class World:
             window_ms=window_ms,
             topic=self.settings.names.graph_topic(name),
         )
-        running = self.graphs.deploy(record)
-        self.graphs.set_current(running)
-        return running
+        return self.graphs.deploy_first(record, clock=self.clock)
 
-    def submit(self, name: str, window_ms: int = 10_000, swap_id: str | None = None) -> str:
+    def submit(
+        self, name: str, window_ms: int = 10_000, swap_id: str | None = None, *, slide_ms: int | None = None
+    ) -> str:
         """What `hotswap submit` writes (then it waits for the executor to validate)."""
         swap_id = swap_id or f"s-{name}-{len(self.journal.all())}"
-        self.journal.create(SwapRecord(id=swap_id, to_query=name, source=query(name, window_ms)))
+        self.journal.create(SwapRecord(id=swap_id, to_query=name, source=query(name, window_ms, slide_ms)))
         return swap_id
 
     def state(self, swap_id: str) -> SwapPhase:
@@ -181,18 +260,45 @@ class World:
         record = self.graphs.get(query_id)
         return None if record is None else record.state
 
+    def deploy(self, swap_id: str) -> SwapRecord:
+        """Executor steps until the swap is deployed (one starts its graph, the next sees it run)."""
+        for _ in range(3):
+            self.protocol.step()
+            if self.state(swap_id) is not SwapPhase.DEPLOYING and self.state(swap_id) is not SwapPhase.VALIDATED:
+                break
+        return self.journal.get(swap_id)
+
+    def service_state(self, *, window_end: int | None = None, watermark: int | None = None) -> ServiceState:
+        """Set what the service graph has routed: a partition's largest window end, and the watermark."""
+        state = read_service_state(self.client, self.keys)
+        partitions = dict(state.partitions)
+        if window_end is not None:
+            node = partitions.get("0", NodePosition())
+            partitions["0"] = node.changed(window_end=max(node.window_end or 0, window_end), event_time=window_end - 1)
+        watermark = watermark if watermark is not None else state.watermark
+        changed = state.changed(partitions=partitions, watermark=watermark)
+        self.client.set(self.keys.service, changed.model_dump_json())
+        return changed
+
     def cut(self, swap_id: str, boundary: int) -> SwapRecord | None:
-        """The service graph takes the cut at a batch boundary, as service_graph.query does."""
-        self._batch += 1
-        return self.journal.record_cut(swap_id, boundary, self._batch)
+        """The service graph's tick takes the cut, as between batches: W is the first common
+        boundary at or after the largest window routed, set here to `boundary`."""
+        self.service_state(window_end=boundary)
+        self.service.tick()
+        swap = self.journal.get(swap_id)
+        return swap if swap.state is SwapPhase.CUT and swap.cut_window_end == boundary else None
 
     def watermark_passes_cut(self, swap_id: str) -> None:
-        """The service watermark passed W: the service graph records `draining` and writes markers."""
-        self.journal.record_draining(swap_id)
-        self.journal.update(swap_id, markers_written=True)
+        """The service watermark passed W: the service graph's tick records `draining` and writes the
+        old graph's end-of-window marker."""
+        swap = self.journal.get(swap_id)
+        assert swap.cut_window_end is not None
+        self.service_state(watermark=swap.cut_window_end)
+        self.service.tick()
 
     def emitted_through(self, query_id: str, watermark: int) -> None:
         """The service sink reports that the graph committed its windows through `watermark`."""
+        self.reporter.committed[query_id] = watermark
         report = GraphProgress(query_id=query_id, committed_batch=1, committed_watermark=watermark)
         self.client.set(self.keys.progress(query_id), report.model_dump_json())
 
@@ -212,26 +318,21 @@ class World:
 
 
 class RacingRedis(fakeredis.FakeRedis):
-    """A client whose next transaction is interrupted: `rival` runs (through another connection)
-    after the transaction WATCHed and read its keys and just before its EXEC, once."""
+    """A client whose next fenced write is interrupted: `rival` runs (through another connection)
+    after the writer read the record and just before its write script runs, once."""
 
     def __init__(self, *, server: fakeredis.FakeServer) -> None:
         super().__init__(server=server)
         self.rival: Callable[[], object] | None = None
-        self.execs = 0  # EXEC attempts, the retries of a WATCH conflict included
+        self.writes = 0  # fenced write scripts run, the refused ones included
 
-    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Pipeline:
-        return _HookedPipeline(self, transaction, shard_hint)
+    def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
+        if sha == FENCED_WRITE_SHA:
+            self.writes += 1
+            rival, self.rival = self.rival, None
+            if rival is not None:
+                rival()
+        return super().evalsha(sha, numkeys, *keys_and_args)
 
 
-class _HookedPipeline(Pipeline):
-    def __init__(self, owner: RacingRedis, transaction: bool, shard_hint: Any) -> None:
-        super().__init__(owner.connection_pool, owner.response_callbacks, transaction, shard_hint)
-        self._owner = owner
-
-    def execute(self, raise_on_error: bool = True) -> list[Any]:
-        self._owner.execs += 1
-        rival, self._owner.rival = self._owner.rival, None
-        if rival is not None:
-            rival()
-        return super().execute(raise_on_error)
+FENCED_WRITE_SHA = hashlib.sha1(fence._FENCED_WRITE.encode()).hexdigest()  # noqa: S324 - Redis names scripts by SHA-1

@@ -1,5 +1,6 @@
 """The operator's abort and the service graph's cut racing for one deployed swap, with the second
-writer landing between the first one's WATCH and EXEC, so the compare-and-set retry is taken."""
+writer landing between the first one's read and its write script, so the write's compare-and-set
+precondition fails and the retry (a fresh read, a fresh decision) is taken."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ def deployed_swap(server: fakeredis.FakeServer) -> Journal:
     journal = Journal(fakeredis.FakeRedis(server=server), KEYS)
     journal.create(SwapRecord(id="s", to_query="b", from_query="a"))
     journal.advance("s", SwapPhase.VALIDATED)
+    journal.advance("s", SwapPhase.DEPLOYING)
     journal.advance("s", SwapPhase.DEPLOYED)
     return journal
 
@@ -36,7 +38,7 @@ def test_an_abort_that_loses_to_a_cut_retries_and_sees_the_cut() -> None:
     def abort_when(record: SwapRecord) -> bool:
         attempts.append(record.state)
         if len(attempts) == 1:
-            # Our WATCH is set and the swap read as deployed; the cut lands before our EXEC.
+            # The swap was read as deployed; the cut lands before our write.
             service.advance("s", SwapPhase.CUT, when=lambda r: r.state is SwapPhase.DEPLOYED, cut_window_end=W)
         return record.state.is_before_cut
 
@@ -99,12 +101,13 @@ def test_hotswap_abort_racing_a_cut_reports_the_cut_and_leaves_it() -> None:
     racing.rival = lambda: service.advance(
         "s", SwapPhase.CUT, when=lambda r: r.state is SwapPhase.DEPLOYED, cut_window_end=W
     )
-    racing.execs = 0
+    racing.writes = 0
 
     with pytest.raises(ExecutorError, match="is cut; only a swap before its cut can be aborted"):
         client.abort("s")
 
-    assert racing.execs == 2  # the first EXEC hit the WATCH conflict, the retry wrote nothing
+    # One write, refused (the record had changed since it was read); the retry read the cut and wrote nothing.
+    assert racing.writes == 1
     stored = service.get("s")
     assert (stored.state, stored.cut_window_end) == (SwapPhase.CUT, W)
 
@@ -116,10 +119,10 @@ def test_a_cut_racing_hotswap_abort_loses_and_the_abort_stands() -> None:
     service = Journal(racing, KEYS)
     operator = Client(Settings(namespace="component"), fakeredis.FakeRedis(server=server))
     racing.rival = lambda: operator.abort("s")
-    racing.execs = 0
+    racing.writes = 0
 
     cut = service.advance("s", SwapPhase.CUT, when=lambda r: r.state is SwapPhase.DEPLOYED, cut_window_end=W)
 
-    assert racing.execs == 2
+    assert racing.writes == 1
     assert cut is None
     assert service.get("s").state is SwapPhase.ABORTED

@@ -1,11 +1,11 @@
 """How the control plane classifies failures, each with a representative message:
 
 - a query that validation refuses, or whose code raises while analysed: the swap is rejected;
-- a new graph that does not start, dies before the cut, or never gets a cut: the swap fails and
-  the old query keeps serving;
+- a new graph that does not start (or not within deploy_timeout), dies before the cut, or never gets
+  a cut: the swap fails and the old query keeps serving;
 - a graph query that dies: restarted from its checkpoint with doubling back-off, its budget given
-  back after it stays healthy; once the budget is spent it failed for good (after a cut the swap
-  fails and keeps the cut, with the way out named);
+  back after it stays healthy; once the budget is spent it failed for good (after a cut the swap is
+  stranded and keeps the cut, with the way out named);
 - Kafka errors: retriable ones are retried, the rest are not;
 - errors that end the executor (lease, lost control state, the service graph failing for good)
   versus errors a tick retries.
@@ -39,12 +39,14 @@ from hotswap.contract.journal import SwapPhase, SwapRecord
 from hotswap.contract.lifecycle import HEALTHY_RESET_S
 from hotswap.contract.models import GraphRecord, GraphState
 from hotswap.contract.names import Keys
+from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.settings import Settings
 from hotswap.execution_graph.errors import GraphStartFailed
 from hotswap.executor.control.controller import FATAL
 from hotswap.executor.control.lease import Lease
 from hotswap.executor.control.transient import TransientErrorsPersisted, is_transient, retry_transient
-from hotswap.executor.errors import LeaseHeld
+from hotswap.executor.errors import LeaseHeld, SwapFailed
+from hotswap.executor.operator.client import Client
 from hotswap.service_graph.errors import ServiceGraphError
 from hotswap.service_graph.query import ServiceGraph
 from tests.component.fakes import NO_SPARK, ManualClock, World, query
@@ -57,8 +59,7 @@ SPARK_FAILURE = "[STREAM_FAILED] Query [id = 1f2e] terminated with exception: Jo
 
 def deployed(world: World, name: str = "b", window_ms: int = 30_000) -> str:
     swap_id = world.submit(name, window_ms)
-    world.protocol.step()
-    assert world.state(swap_id) is SwapPhase.DEPLOYED
+    assert world.deploy(swap_id).state is SwapPhase.DEPLOYED
     return swap_id
 
 
@@ -68,7 +69,7 @@ def supervise_until_given_up(world: World, query_id: str) -> list[tuple[str, str
     for attempt in range(world.settings.query_restarts):
         runner.die(query_id, f"{SPARK_FAILURE} (attempt {attempt + 1})")
         assert world.graphs.supervise() == []  # first seen: the back-off starts
-        world.clock.advance(world.settings.query_restart_backoff_s * 2**attempt)
+        world.clock.advance(world.settings.query_restart_backoff.s * 2**attempt)
         assert world.graphs.supervise() == []  # restarted from its checkpoint
         assert runner.restarted.count(query_id) == attempt + 1
     runner.die(query_id, f"{SPARK_FAILURE} (attempt {world.settings.query_restarts + 1})")
@@ -84,7 +85,7 @@ def test_a_query_that_validation_refuses_is_rejected_with_its_one_line_reason(wo
     swap_id = world.submit("b")
     world.protocol.step()
     record = world.journal.get(swap_id)
-    assert (record.state, record.error) == (SwapPhase.REJECTED, reason)
+    assert (record.state, record.error, record.reason_code) == (SwapPhase.REJECTED, reason, ReasonCode.QUERY_INVALID)
     assert world.graphs.fake_runner.started == ["a"]
     assert world.graphs.get("b") is None
 
@@ -98,6 +99,7 @@ def test_an_error_raised_by_user_code_during_validation_rejects_the_swap_and_the
     record = world.journal.get(swap_id)
     assert record.state is SwapPhase.REJECTED
     assert record.error == "query 'b' could not be validated: ZeroDivisionError: division by zero"
+    assert record.reason_code is ReasonCode.QUERY_RAISED
 
 
 def test_window_sizes_without_a_near_common_boundary_are_rejected(world: World) -> None:
@@ -106,6 +108,7 @@ def test_window_sizes_without_a_near_common_boundary_are_rejected(world: World) 
     record = world.journal.get(swap_id)
     assert record.state is SwapPhase.REJECTED
     assert "window sizes 10s and 9999ms share a boundary only every" in (record.error or "")
+    assert record.reason_code is ReasonCode.WINDOWS_NOT_CUTTABLE
 
 
 def test_a_swap_that_carries_no_query_is_rejected(world: World) -> None:
@@ -113,6 +116,7 @@ def test_a_swap_that_carries_no_query_is_rejected(world: World) -> None:
     world.protocol.step()
     record = world.journal.get("empty")
     assert (record.state, record.error) == (SwapPhase.REJECTED, "swap carries no query")
+    assert record.reason_code is ReasonCode.NO_QUERY
 
 
 # -- before the cut: the old query keeps serving -------------------------------------------------
@@ -121,12 +125,12 @@ def test_a_swap_that_carries_no_query_is_rejected(world: World) -> None:
 def test_a_new_graph_that_does_not_start_fails_its_swap_and_the_old_query_keeps_serving(world: World) -> None:
     world.graphs.fake_runner.start_fails["b"] = "checkpoint belongs to another Spark query"
     swap_id = world.submit("b", 30_000)
-    world.protocol.step()
-    record = world.journal.get(swap_id)
+    record = world.deploy(swap_id)
     assert record.state is SwapPhase.FAILED
     assert record.error == (
         "execution graph b failed to start: checkpoint belongs to another Spark query; the old query keeps serving"
     )
+    assert record.reason_code is ReasonCode.DEPLOY_FAILED
     current = world.graphs.current()
     assert current is not None
     assert current.query_id == "a"
@@ -143,24 +147,58 @@ def test_a_new_query_that_dies_before_the_cut_fails_its_swap_and_the_old_query_k
     record = world.journal.get(swap_id)
     assert record.state is SwapPhase.FAILED
     assert record.error == f"new query b failed before the cut: {SPARK_FAILURE}; the old query keeps serving"
+    assert record.reason_code is ReasonCode.QUERY_FAILED_BEFORE_CUT
     assert record.cut_window_end is None
     assert world.graph_state("a") is GraphState.RUNNING
     assert world.graph_state("b") is GraphState.FAILED
     assert world.graphs.fake_topics.deleted == [world.settings.names.graph_topic("b")]
 
 
-def test_a_swap_that_gets_no_cut_within_the_drain_timeout_fails(world: World) -> None:
+def test_a_swap_that_gets_no_cut_within_the_cut_timeout_fails(world: World) -> None:
     swap_id = deployed(world)
     world.protocol.step()  # the first step that finds it deployed starts the wait
-    world.clock.advance(world.settings.drain_timeout_s)
+    world.clock.advance(world.settings.cut_timeout.s)
     world.protocol.step()
     assert world.state(swap_id) is SwapPhase.DEPLOYED  # exactly the timeout: still waiting
     world.clock.advance(1)
     world.protocol.step()
     record = world.journal.get(swap_id)
     assert record.state is SwapPhase.FAILED
-    assert (record.error or "").startswith("no cut within 300s: the service graph routed no batch")
+    assert (record.error or "").startswith("no cut within 300s (cut_timeout): the service graph routed no batch")
+    assert record.reason_code is ReasonCode.CUT_TIMEOUT
     assert world.graph_state("a") is GraphState.RUNNING
+
+
+def test_a_deploy_is_checked_on_later_steps_and_never_waited_for(world: World) -> None:
+    world.graphs.fake_runner.slow_start["b"] = 1_000  # it would take 1,000 checks to run
+    swap_id = world.submit("b", 30_000)
+    world.protocol.step()
+    assert world.state(swap_id) is SwapPhase.DEPLOYING  # recorded before the query started
+    assert world.graphs.fake_runner.started == ["a", "b"]
+    assert world.graph_state("b") is GraphState.STARTING
+    checks = len(world.graphs.fake_runner.ready_checks)
+    for _ in range(3):
+        world.protocol.step()
+    assert len(world.graphs.fake_runner.ready_checks) == checks + 3  # one look per step, no waiting
+    assert world.state(swap_id) is SwapPhase.DEPLOYING
+    world.clock.advance(world.settings.deploy_timeout.s + 1)  # measured across the steps
+    world.protocol.step()
+    record = world.journal.get(swap_id)
+    assert (record.state, record.reason_code) == (SwapPhase.FAILED, ReasonCode.DEPLOY_TIMEOUT)
+    assert record.error == "execution graph b was not running after 120s (deploy_timeout); the old query keeps serving"
+    assert "b" not in world.graphs.fake_runner.known()
+    assert world.graph_state("b") is GraphState.FAILED
+
+
+def test_a_graph_that_starts_late_is_recorded_running_with_deployed_in_one_write(world: World) -> None:
+    world.graphs.fake_runner.slow_start["b"] = 2
+    swap_id = world.submit("b", 30_000)
+    world.protocol.step()
+    world.protocol.step()
+    world.protocol.step()
+    assert (world.state(swap_id), world.graph_state("b")) == (SwapPhase.DEPLOYING, GraphState.STARTING)
+    world.protocol.step()
+    assert (world.state(swap_id), world.graph_state("b")) == (SwapPhase.DEPLOYED, GraphState.RUNNING)
 
 
 # -- restarts and their budget ---------------------------------------------------------------
@@ -235,7 +273,7 @@ def test_a_query_that_fails_again_soon_after_a_restart_keeps_its_doubled_back_of
 # -- failed for good -------------------------------------------------------------------------
 
 
-def test_a_new_query_that_fails_for_good_after_the_cut_fails_its_swap_and_keeps_the_cut(world: World) -> None:
+def test_a_new_query_that_fails_for_good_after_the_cut_strands_its_swap_and_keeps_the_cut(world: World) -> None:
     swap_id = deployed(world)
     world.cut(swap_id, W)
     world.watermark_passes_cut(swap_id)
@@ -243,8 +281,8 @@ def test_a_new_query_that_fails_for_good_after_the_cut_fails_its_swap_and_keeps_
     world.protocol.graphs_failed([(record, reason) for record, reason in failed if record is not None])
 
     record = world.journal.get(swap_id)
-    assert record.state is SwapPhase.FAILED
-    assert record.failed_after_cut
+    assert record.state is SwapPhase.STRANDED
+    assert record.reason_code is ReasonCode.QUERY_FAILED_AFTER_CUT
     assert record.cut_window_end == W  # routing keeps W: b's rows wait in its topic
     assert record.error == (
         f"query b kept failing after 2 restarts ({SPARK_FAILURE} (attempt 3)); its input waits in topic "
@@ -349,8 +387,18 @@ def test_transient_failures_in_a_tick_are_retried_by_the_executor_loop(world: Wo
     assert isinstance(gave_up, TransientErrorsPersisted)
     world.graphs.fake_runner.start_fails["b"] = "Kafka source not ready"
     record = GraphRecord(query_id="b", source=query("b"), window_ms=10_000, topic="t.b")
-    not_started = raised(lambda: world.graphs.deploy(record))
+    not_started = raised(lambda: world.graphs.deploy_first(record))
     assert isinstance(not_started, GraphStartFailed)
     redis_down = redis.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
     for error in (gave_up, not_started, redis_down):
         assert not isinstance(error, FATAL), error
+
+
+def test_the_cli_s_exit_message_carries_the_reason_code(world: World) -> None:
+    world.graphs.fake_runner.start_fails["b"] = "checkpoint belongs to another Spark query"
+    swap_id = world.submit("b", 30_000)
+    world.deploy(swap_id)
+    with pytest.raises(SwapFailed) as failed:
+        Client(world.settings, world.client).wait_until_done(swap_id, 1)
+    assert failed.value.reason_code is ReasonCode.DEPLOY_FAILED
+    assert str(failed.value).startswith(f"swap {swap_id} failed (deploy_failed): execution graph b failed to start")

@@ -80,7 +80,7 @@ def test_a_second_executor_is_refused_while_the_first_holds_the_lease(
 def test_lease_wait_zero_refuses_at_once_with_one_line_naming_the_holder(
     client: fakeredis.FakeRedis, first: Lease
 ) -> None:
-    wait_s = Settings(namespace="component", lease_wait="0s").lease_wait_s
+    wait_s = Settings(namespace="component", lease_wait="0s").lease_wait.s
     clock = ManualClock()
     second = Lease(client, KEYS.lease, clock=clock, sleep=clock.sleep)
 

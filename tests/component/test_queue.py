@@ -7,6 +7,7 @@ import pytest
 
 from hotswap.contract.journal import SwapPhase
 from hotswap.contract.models import GraphState
+from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.settings import Settings
 from hotswap.executor.operator.client import Client
 from tests.component.fakes import World
@@ -18,7 +19,7 @@ W1, W2, W3 = 60_000, 120_000, 180_000
 
 def in_progress(world: World) -> list[str]:
     """Swaps past validation that have not ended: at most one may be there."""
-    return [s.id for s in world.journal.all() if s.state.is_in_flight and s.state is not SwapPhase.VALIDATED]
+    return [s.id for s in world.journal.open() if s.state.is_in_flight and s.state is not SwapPhase.VALIDATED]
 
 
 def test_queued_swaps_are_validated_in_submission_order(world: World) -> None:
@@ -28,6 +29,8 @@ def test_queued_swaps_are_validated_in_submission_order(world: World) -> None:
     world.protocol.step()
     assert world.graphs.validated == ["b", "b", "c"]
     assert [world.journal.get(s).to_query for s in (first, second, third)] == ["b", "b-2", "c"]
+    assert world.state(first) is SwapPhase.DEPLOYING  # its graph started; the next step sees it run
+    world.protocol.step()
     assert world.state(first) is SwapPhase.DEPLOYED
     assert world.state(second) is SwapPhase.VALIDATED
     assert world.state(third) is SwapPhase.VALIDATED
@@ -35,14 +38,13 @@ def test_queued_swaps_are_validated_in_submission_order(world: World) -> None:
 
 def test_swaps_run_one_at_a_time_each_replacing_its_real_predecessor(world: World) -> None:
     b, c, d = world.submit("b", 30_000), world.submit("c", 20_000), world.submit("d", 10_000)
-    world.protocol.step()
     for swap_id, boundary in ((b, W1), (c, W2), (d, W3)):
+        world.deploy(swap_id)  # its turn
         assert in_progress(world) == [swap_id]
         queued = [s for s in world.journal.all() if s.state is SwapPhase.VALIDATED]
         assert all(s.from_query is None for s in queued)  # not bound while queued
         done = world.complete(swap_id, boundary)
         assert done.state is SwapPhase.COMPLETED
-        world.protocol.step()  # the next swap's turn
 
     assert [world.journal.get(s).from_query for s in (b, c, d)] == ["a", "b", "c"]
     assert [world.journal.get(s).old_window_ms for s in (b, c, d)] == [10_000, 30_000, 20_000]
@@ -57,11 +59,11 @@ def test_swaps_run_one_at_a_time_each_replacing_its_real_predecessor(world: Worl
 
 def test_an_aborted_queued_swap_is_skipped_and_its_successor_replaces_the_query_before_it(world: World) -> None:
     b, c, d = world.submit("b", 30_000), world.submit("c", 20_000), world.submit("d", 10_000)
-    world.protocol.step()
+    world.deploy(b)
     Client(world.settings, world.client).abort(c)  # `hotswap abort` while c waits its turn
 
     world.complete(b, W1)
-    world.protocol.step()
+    world.deploy(d)
 
     assert world.state(c) is SwapPhase.ABORTED
     assert world.state(d) is SwapPhase.DEPLOYED
@@ -74,7 +76,7 @@ def test_an_aborted_queued_swap_is_skipped_and_its_successor_replaces_the_query_
 def test_a_rejected_swap_does_not_block_the_swaps_behind_it(world: World) -> None:
     world.graphs.refuse["b"] = "query 'b' does not analyse: column kye not found"
     b, c = world.submit("b", 30_000), world.submit("c", 20_000)
-    world.protocol.step()
+    world.deploy(c)
     assert world.state(b) is SwapPhase.REJECTED
     assert world.state(c) is SwapPhase.DEPLOYED
     assert world.journal.get(c).from_query == "a"
@@ -86,7 +88,7 @@ def test_a_queued_swap_that_cannot_be_cut_against_its_real_predecessor_fails_and
     world = World(settings)
     world.serve("a", 11_000)
     b = world.submit("b", 143_000)  # 11 s -> 143 s: a common boundary every 143 s
-    world.protocol.step()
+    world.deploy(b)
     c = world.submit("c", 13_000)  # validated against b (143 s), the query queued before it
     d = world.submit("d", 143_000)  # cuttable after c (13 s) and after a (11 s)
     world.protocol.step()
@@ -97,10 +99,11 @@ def test_a_queued_swap_that_cannot_be_cut_against_its_real_predecessor_fails_and
 
     failed = world.journal.get(c)
     assert failed.state is SwapPhase.FAILED
+    assert failed.reason_code is ReasonCode.WINDOWS_NOT_CUTTABLE
     assert "window sizes 11s and 13s share a boundary only every 143s" in (failed.error or "")
     assert "(checked against a, which serves now)" in (failed.error or "")
     assert "c" not in world.graphs.fake_runner.started
-    world.protocol.step()
+    world.deploy(d)
     assert world.state(d) is SwapPhase.DEPLOYED
     assert world.journal.get(d).from_query == "a"
 
@@ -112,6 +115,6 @@ def test_swaps_submitted_in_the_same_step_are_each_checked_against_the_one_queue
     world.serve("a", 11_000)
     b = world.submit("b", 143_000)  # 11 s -> 143 s
     c = world.submit("c", 13_000)  # 143 s -> 13 s is cuttable; 11 s -> 13 s would not be
-    world.protocol.step()
+    world.deploy(b)
     assert world.state(b) is SwapPhase.DEPLOYED
     assert world.state(c) is SwapPhase.VALIDATED, world.journal.get(c).error

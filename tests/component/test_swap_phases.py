@@ -1,5 +1,9 @@
 """Every transition of SwapPhase, allowed and forbidden, through check_transition and through the
-journal in Redis; and the phase classification against the rules in docs/architecture.md ("The swap state machine")."""
+journal in Redis; and the phase classification against the rules in docs/architecture.md ("The swap
+state machine").
+
+The expected moves are written out here, by hand, from the protocol's rules: they are not read from
+the product's table, so a wrong entry there fails these tests."""
 
 from __future__ import annotations
 
@@ -11,23 +15,60 @@ import pytest
 
 from hotswap.contract.journal import IllegalTransition, Journal, SwapPhase, SwapRecord, check_transition
 from hotswap.contract.names import Keys
+from hotswap.contract.phases import WAIT_TEXT
+from tests.component.fakes import World
 
 pytestmark = pytest.mark.component
 
+P = SwapPhase
+# Every legal move, by hand: forward one phase at a time; before the cut, fail (not from submitted:
+# rejected) or abort; past the cut until retiring, stranded; a completed or stranded swap ends undone.
+EXPECTED_MOVES = {
+    (P.SUBMITTED, P.VALIDATED),
+    (P.SUBMITTED, P.REJECTED),
+    (P.SUBMITTED, P.ABORTED),
+    (P.VALIDATED, P.DEPLOYING),
+    (P.VALIDATED, P.FAILED),
+    (P.VALIDATED, P.ABORTED),
+    (P.DEPLOYING, P.DEPLOYED),
+    (P.DEPLOYING, P.FAILED),
+    (P.DEPLOYING, P.ABORTED),
+    (P.DEPLOYED, P.CUT),
+    (P.DEPLOYED, P.FAILED),
+    (P.DEPLOYED, P.ABORTED),
+    (P.CUT, P.DRAINING),
+    (P.CUT, P.STRANDED),
+    (P.DRAINING, P.DRAINED),
+    (P.DRAINING, P.STRANDED),
+    (P.DRAINED, P.RETIRING),
+    (P.DRAINED, P.STRANDED),
+    (P.RETIRING, P.RETIRED),
+    (P.RETIRED, P.COMPLETED),
+    (P.COMPLETED, P.ROLLED_BACK),
+    (P.STRANDED, P.ROLLED_BACK),
+    (P.STRANDED, P.FIXED_FORWARD),
+}
 PHASES = list(SwapPhase)
 PAIRS = list(itertools.product(PHASES, PHASES))
-ALLOWED = [(a, b) for a, b in PAIRS if b in a.next_phases]
-FORBIDDEN = [(a, b) for a, b in PAIRS if b not in a.next_phases]
+ALLOWED = sorted(EXPECTED_MOVES)
+FORBIDDEN = [pair for pair in PAIRS if pair not in EXPECTED_MOVES]
 FORWARD = [
-    SwapPhase.SUBMITTED,
-    SwapPhase.VALIDATED,
-    SwapPhase.DEPLOYED,
-    SwapPhase.CUT,
-    SwapPhase.DRAINING,
-    SwapPhase.DRAINED,
-    SwapPhase.RETIRED,
-    SwapPhase.COMPLETED,
+    P.SUBMITTED,
+    P.VALIDATED,
+    P.DEPLOYING,
+    P.DEPLOYED,
+    P.CUT,
+    P.DRAINING,
+    P.DRAINED,
+    P.RETIRING,
+    P.RETIRED,
+    P.COMPLETED,
 ]
+BEFORE_CUT = {P.SUBMITTED, P.VALIDATED, P.DEPLOYING, P.DEPLOYED}
+PAST_CUT = {P.CUT, P.DRAINING, P.DRAINED, P.RETIRING, P.RETIRED, P.STRANDED}
+TERMINAL = {P.COMPLETED, P.FAILED, P.REJECTED, P.ABORTED, P.ROLLED_BACK, P.FIXED_FORWARD}
+# The old graph still owns the rows before W: routing keeps a cut route to it.
+DRAINS = {P.CUT, P.DRAINING, P.DRAINED, P.STRANDED}
 KEYS = Keys("component")
 
 
@@ -35,16 +76,20 @@ def pair_id(pair: tuple[SwapPhase, SwapPhase]) -> str:
     return f"{pair[0]}->{pair[1]}"
 
 
+def moves_from(phase: SwapPhase) -> set[SwapPhase]:
+    return {b for a, b in EXPECTED_MOVES if a is phase}
+
+
 def path_to(target: SwapPhase) -> list[SwapPhase]:
-    """The shortest chain of legal moves from `submitted` to `target` (empty for submitted)."""
+    """The shortest chain of expected moves from `submitted` to `target` (empty for submitted)."""
     came_from: dict[SwapPhase, SwapPhase | None] = {SwapPhase.SUBMITTED: None}
     todo = deque([SwapPhase.SUBMITTED])
     while todo:
         phase = todo.popleft()
-        for following in sorted(phase.next_phases):
-            if following not in came_from:
-                came_from[following] = phase
-                todo.append(following)
+        for nxt in sorted(moves_from(phase)):
+            if nxt not in came_from:
+                came_from[nxt] = phase
+                todo.append(nxt)
     assert target in came_from, f"{target} cannot be reached from submitted"
     path: list[SwapPhase] = []
     step: SwapPhase | None = target
@@ -55,12 +100,12 @@ def path_to(target: SwapPhase) -> list[SwapPhase]:
 
 
 def reachable_from(phase: SwapPhase) -> set[SwapPhase]:
-    """`phase` and every phase a swap in it can still reach."""
+    """`phase` and every phase a swap in it can still reach, by the product's own table."""
     seen, todo = {phase}, [phase]
     while todo:
-        for following in todo.pop().next_phases - seen:
-            seen.add(following)
-            todo.append(following)
+        for nxt in todo.pop().next_phases - seen:
+            seen.add(nxt)
+            todo.append(nxt)
     return seen
 
 
@@ -75,6 +120,12 @@ def journal_with_swap_in(phase: SwapPhase) -> tuple[fakeredis.FakeRedis, Journal
     return client, journal
 
 
+def test_the_table_allows_exactly_the_expected_moves() -> None:
+    table = {(a, b) for a in SwapPhase for b in a.next_phases}
+    assert table - EXPECTED_MOVES == set(), "moves the table allows that the protocol does not"
+    assert EXPECTED_MOVES - table == set(), "moves the protocol needs that the table refuses"
+
+
 @pytest.mark.parametrize(("current", "target"), ALLOWED, ids=[pair_id(p) for p in ALLOWED])
 def test_an_allowed_move_is_accepted_and_recorded_with_its_time(current: SwapPhase, target: SwapPhase) -> None:
     check_transition(current, target)
@@ -87,6 +138,8 @@ def test_an_allowed_move_is_accepted_and_recorded_with_its_time(current: SwapPha
     assert [p.name for p in moved.phases] == [*[p.name for p in before.phases], target]
     assert moved.phases[-1].at >= before.phases[-1].at
     assert journal.get("s") == moved
+    # The index of open swaps follows: a swap that ended leaves it in the same write.
+    assert [s.id for s in journal.open()] == ([] if target in TERMINAL else ["s"])
 
 
 @pytest.mark.parametrize(("current", "target"), FORBIDDEN, ids=[pair_id(p) for p in FORBIDDEN])
@@ -122,28 +175,43 @@ def test_the_happy_path_goes_forward_only() -> None:
             assert not later.can_become(earlier), f"{later} must not go back to {earlier}"
 
 
+def test_each_phase_is_classified_as_the_protocol_says() -> None:
+    for phase in SwapPhase:
+        assert phase.is_before_cut == (phase in BEFORE_CUT), phase
+        assert phase.is_past_cut == (phase in PAST_CUT), phase
+        assert phase.is_terminal == (phase in TERMINAL), phase
+        assert phase.is_draining == (phase in DRAINS), phase
+        assert phase.is_stranded == (phase is P.STRANDED), phase
+        assert phase.is_in_flight == (phase not in TERMINAL | {P.SUBMITTED, P.STRANDED}), phase
+        assert phase.is_done == (phase in {P.COMPLETED, P.ROLLED_BACK, P.FIXED_FORWARD}), phase
+
+
 def test_a_swap_can_be_aborted_until_its_cut_and_never_after() -> None:
     for phase in SwapPhase:
-        if phase.is_before_cut:
-            assert phase.can_become(SwapPhase.ABORTED), phase
-        else:
-            assert not phase.can_become(SwapPhase.ABORTED), phase
+        assert phase.can_become(SwapPhase.ABORTED) == (phase in BEFORE_CUT), phase
 
 
 def test_a_recorded_cut_is_never_re_decided() -> None:
     into_cut = {phase for phase in SwapPhase if phase.can_become(SwapPhase.CUT)}
     assert into_cut == {SwapPhase.DEPLOYED}
-    for phase in SwapPhase:
-        if phase.is_past_cut:
-            assert not any(following.is_before_cut for following in phase.next_phases), phase
+    for phase in PAST_CUT:
+        assert not any(nxt in BEFORE_CUT for nxt in phase.next_phases), phase
 
 
-def test_ended_swaps_only_become_rolled_back_and_only_completed_or_failed_ones_do() -> None:
-    for phase in SwapPhase:
-        if phase.is_terminal:
-            assert phase.next_phases <= {SwapPhase.ROLLED_BACK}, phase
+def test_failed_means_before_the_cut_and_stranded_after_it() -> None:
+    into_failed = {phase for phase in SwapPhase if phase.can_become(SwapPhase.FAILED)}
+    into_stranded = {phase for phase in SwapPhase if phase.can_become(SwapPhase.STRANDED)}
+    assert into_failed == BEFORE_CUT - {P.SUBMITTED}
+    assert into_stranded == {P.CUT, P.DRAINING, P.DRAINED}
+    assert SwapPhase.FAILED.next_phases == frozenset()  # the old query serves: nothing left to do
+    assert SwapPhase.STRANDED.next_phases == {P.ROLLED_BACK, P.FIXED_FORWARD}  # only a recovery ends it
+
+
+def test_ended_swaps_only_become_rolled_back_and_only_completed_or_stranded_ones_do() -> None:
+    for phase in TERMINAL:
+        assert phase.next_phases <= {SwapPhase.ROLLED_BACK}, phase
     undoable = {phase for phase in SwapPhase if phase.can_become(SwapPhase.ROLLED_BACK)}
-    assert undoable == {SwapPhase.COMPLETED, SwapPhase.FAILED}
+    assert undoable == {SwapPhase.COMPLETED, SwapPhase.STRANDED}
     assert SwapPhase.ROLLED_BACK.next_phases == frozenset()
 
 
@@ -153,42 +221,18 @@ def test_only_ended_swaps_have_nowhere_to_go() -> None:
             assert phase.is_terminal, phase
 
 
-def test_every_phase_is_exactly_one_of_before_the_cut_past_it_or_ended() -> None:
-    for phase in SwapPhase:
-        assert [phase.is_before_cut, phase.is_past_cut, phase.is_terminal].count(True) == 1, phase
-
-
-def test_a_draining_swap_is_past_its_cut_and_the_old_graph_still_owns_windows_up_to_w() -> None:
-    for phase in SwapPhase:
-        if phase.is_draining:
-            assert phase.is_past_cut, phase
-    # Retired: the old graph is gone, so nothing drains any more, but the cut still holds.
-    assert SwapPhase.RETIRED.is_past_cut
-    assert not SwapPhase.RETIRED.is_draining
-
-
-def test_a_swap_is_in_flight_from_validation_until_it_ends() -> None:
-    assert not SwapPhase.SUBMITTED.is_in_flight
-    for phase in reachable_from(SwapPhase.VALIDATED):
-        assert phase.is_in_flight == (not phase.is_terminal), phase
-    for phase in SwapPhase:
-        if phase.is_terminal:
-            assert not phase.is_in_flight, phase
-    # Only validation puts a submitted swap in flight; its other moves end it.
-    assert {p for p in SwapPhase.SUBMITTED.next_phases if p.is_in_flight} == {SwapPhase.VALIDATED}
-
-
-def test_only_a_swap_that_completed_counts_as_done_even_once_rolled_back() -> None:
-    done = {phase for phase in SwapPhase if phase.is_done}
-    assert done == {SwapPhase.COMPLETED, SwapPhase.ROLLED_BACK}
-    assert all(phase.is_terminal for phase in done)
-    # A failed swap that was rolled back also ends rolled_back; is_done is about the phase alone.
-    assert SwapPhase.FAILED.can_become(SwapPhase.ROLLED_BACK)
-    assert not SwapPhase.FAILED.is_done
-
-
 def test_a_refused_condition_writes_nothing_and_returns_none() -> None:
     client, journal = journal_with_swap_in(SwapPhase.DEPLOYED)
     stored = client.get(KEYS.swap("s"))
     assert journal.advance("s", SwapPhase.CUT, when=lambda r: r.state is SwapPhase.VALIDATED) is None
     assert client.get(KEYS.swap("s")) == stored
+
+
+def test_every_phase_the_executor_drives_has_a_handler(world: World) -> None:
+    driven = {
+        phase.waits_for(recovery=recovery) for phase in SwapPhase for recovery in (False, True) if phase.is_in_flight
+    }
+    assert set(world.protocol.handlers) == driven
+    # And every wait of the table, driven or not, has its status text.
+    waits = {p.waits_for(recovery=r) for p in SwapPhase for r in (False, True)} - {None}
+    assert waits <= set(WAIT_TEXT)

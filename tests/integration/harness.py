@@ -55,6 +55,11 @@ def namespace_settings(home: Path, bootstrap: str, redis_url: str, prefix: str, 
     )
 
 
+def changed(settings: Settings, **changes: Any) -> Settings:
+    """These settings with `changes`, validated as settings are (durations read from their text)."""
+    return Settings.model_validate({**settings.model_dump(), **changes})
+
+
 class RunningExecutor:
     """An executor in a background thread of the test process, sharing its SparkSession."""
 
@@ -154,28 +159,123 @@ def committed_watermark(client: Client, query_id: str) -> int:
 
 
 # -- queries made for tests ------------------------------------------------------------------------
-def slow_to_deploy(tmp_path: Path, sleep_s: float) -> Path:
-    """A Python query whose definition takes `sleep_s` to build, as a query with a slow start would."""
-    path = tmp_path / "slow_to_deploy.py"
-    path.write_text(
-        f"""
+QUERY_TEMPLATE = """
+import os
 import time
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+STATE = {state!r}
+LIVE_FROM = {live_from}  # rows from this event time on are this test's live events
+
+
+def _count(counter):
+    # How many times `counter` was counted. Kept in a file: Spark's Python workers are other
+    # processes, and a restarted query must see the earlier counts.
+    path = os.path.join(STATE, counter)
+    return len(open(path).read()) if os.path.exists(path) else 0
+
+
+def _tally(counter):
+    # Count `counter` once more; returns the count before.
+    before = _count(counter)
+    with open(os.path.join(STATE, counter), "a") as f:
+        f.write("x")
+    return before
+
+
+def _live_row(ts):
+    if ts > LIVE_FROM:
+{on_live_row}
+    return ts
+
 
 def query(events: DataFrame) -> DataFrame:
-    time.sleep({sleep_s})
+    calls = _tally("calls")  # validation makes the first call, each start of the query one more
+{on_call}
+    rows = events.where(F.udf(_live_row, "long")("ts") >= 0) if {per_row!r} else events
     return (
-        events.groupBy(F.window("event_time", "10 seconds"), "key")
+        rows.groupBy(F.window("event_time", "10 seconds"), "key")
         .agg(F.count("*").alias("n"), F.sum("value").alias("total"))
         .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "key", "n",
                 "total")
     )
 """
+
+
+LIVE_FROM_2027 = 1_790_000_000_000
+
+
+def python_query(
+    tmp_path: Path, name: str, *, on_call: str = "", on_live_row: str = "", live_from: int = LIVE_FROM_2027
+) -> Path:
+    """The one Spark query the tests write: 10 s windows per key with `n` (count) and `total` (sum),
+    as examples/count_per_key.sql computes them, in a Python file `<name>.py` with two hooks:
+    `on_call` runs each time `query(events)` is called (`calls`: how many times before), and
+    `on_live_row` for each live event (`ts`: from `live_from` on, by default this test's events from
+    2027 on), where `_count(counter)` and `_tally(counter)` read and count across processes."""
+    state = tmp_path / f"{name}.state"
+    state.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / f"{name}.py"
+    path.write_text(
+        QUERY_TEMPLATE.format(
+            state=str(state),
+            on_live_row=_indented(on_live_row or "pass", 8),
+            on_call=_indented(on_call or "pass", 4),
+            per_row=bool(on_live_row),
+            live_from=live_from,
+        )
     )
     return path
+
+
+def _indented(code: str, spaces: int) -> str:
+    return "\n".join(" " * spaces + line if line.strip() else "" for line in code.strip().splitlines())
+
+
+def tally(tmp_path: Path, name: str, counter: str) -> int:
+    """How often the query `name` counted `counter` (see python_query)."""
+    path = tmp_path / f"{name}.state" / counter
+    return len(path.read_text()) if path.exists() else 0
+
+
+def slow_to_deploy(tmp_path: Path, sleep_s: float) -> Path:
+    """A query whose definition takes `sleep_s` to build, each time (validation included)."""
+    return python_query(tmp_path, "slow_to_deploy", on_call=f"time.sleep({sleep_s})")
+
+
+def slow_to_start(tmp_path: Path, sleep_s: float) -> Path:
+    """A query that validates at once but takes `sleep_s` to start, as one loading a model would."""
+    return python_query(tmp_path, "slow_to_start", on_call=f"if calls >= 1: time.sleep({sleep_s})")
+
+
+def fails_to_start(tmp_path: Path) -> Path:
+    """A query that validates, then fails each time it is started."""
+    return python_query(
+        tmp_path, "broken_start", on_call="if calls >= 1: raise RuntimeError('cannot reach the feature store')"
+    )
+
+
+def stalls_once(tmp_path: Path, sleep_s: float) -> Path:
+    """A query whose first batch of live events stalls for `sleep_s` (each of its tasks, once), as a query
+    with a slow start would."""
+    return python_query(
+        tmp_path,
+        "slow_start",
+        on_live_row=f"if _count('stalled') == 0:\n    time.sleep({sleep_s})\n    _tally('stalled')",
+    )
+
+
+def flaky(tmp_path: Path, failures: int) -> Path:
+    """A query that fails on live events `failures` times in all, then works."""
+    fail = f"if _count('failures') < {failures}:\n    _tally('failures')\n    raise RuntimeError('flaky dependency')"
+    return python_query(tmp_path, "flaky", on_live_row=fail)
+
+
+def fails_on_rows(tmp_path: Path, name: str) -> Path:
+    """A query that fails on every batch with rows, for good."""
+    return python_query(tmp_path, name, on_live_row="raise RuntimeError('model server unreachable')", live_from=0)
 
 
 # -- reading topics back ---------------------------------------------------------------------------
@@ -207,9 +307,9 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
         "NAMESPACE": settings.namespace,
         "SOURCE_TOPIC": settings.source_topic,
         "SINK_TOPIC": settings.sink_topic,
-        "WINDOW": settings.window,
-        "LATENESS": settings.lateness,
-        "IDLE_TIMEOUT": settings.idle_timeout,
+        "WINDOW": str(settings.window),
+        "LATENESS": str(settings.lateness),
+        "IDLE_TIMEOUT": str(settings.idle_timeout or "off"),
         "LEASE_TTL": "6s",
         "LEASE_WAIT": "60s",
         "SPARK_DRIVER_MEMORY": "768m",

@@ -37,6 +37,8 @@ from hotswap.service_sink.audit import Result, read_topic_records
 from tests.conftest import wait_until
 
 EventId = tuple[int, int]  # (source partition, offset)
+
+
 # Spark keeps its offset log for the last 20 batches by default (spark_session.py); the oracle reads
 # every batch's offsets, so test sessions keep them all.
 KEEP_EVERY_BATCH = {"spark.sql.streaming.minBatchesToRetain": "1000000"}
@@ -184,11 +186,11 @@ class Truth:
                 if e.offset < start.get(e.partition, 0) and e.id not in self.dead and e.id not in self.late
             ]
             if routed:
-                largest_end = max(end_of_window(e.ts, self.settings.window_ms) for e in routed)
+                largest_end = max(end_of_window(e.ts, self.settings.window.ms) for e in routed)
                 tops: dict[int, int] = {}
                 for e in routed:
                     tops[e.partition] = max(tops.get(e.partition, e.ts), e.ts)
-                watermark = min(tops.values()) - self.settings.lateness_ms
+                watermark = min(tops.values()) - self.settings.lateness.ms
                 lower = max(largest_end + new_size - new_slide, min(watermark, largest_end + old_size - old_slide))
                 rule = first_multiple_at_or_after(lower, math.lcm(old_slide, new_slide))
             else:
@@ -232,7 +234,7 @@ def settle(
     dead = event_ids(settings, settings.names.dead_letter_topic)
     late = event_ids(settings, settings.names.late_topic)
     check_late(settings, events, late, dead)
-    closed_until = horizon((e for e in events if e.id not in late and e.id not in dead), settings.lateness_ms)
+    closed_until = horizon((e for e in events if e.id not in late and e.id not in dead), settings.lateness.ms)
     wait_until(lambda: watermark_of_final() >= closed_until, timeout_s, f"every window through {closed_until} to close")
     return Truth(settings, events, late, dead, ServiceBatches(settings), closed_until)
 
@@ -246,8 +248,8 @@ def check_late(settings: Settings, events: list[SourceEvent], late: set[EventId]
         assert batch_id is not None or e.id not in late, f"row {e.id} is in the late topic but was never read"
         if batch_id is not None:
             by_batch[batch_id].append(e)
-    lateness = settings.lateness_ms
-    idle_ms = settings.idle_timeout_ms
+    lateness = settings.lateness.ms
+    idle_ms = settings.idle_timeout.ms if settings.idle_timeout else None
     positions: dict[int, int] = {}
     last_created: int | None = None
     quiet_seen = False

@@ -29,7 +29,18 @@ MAX_30S = REPO / "examples" / "max_per_key_30s.sql"
 AVERAGE_10S = REPO / "examples" / "average_per_key.py"
 TOTAL_20S = QUERIES / "total_per_key_20s.sql"
 T0 = 1_700_000_000_000
-PHASES = ["submitted", "validated", "deployed", "cut", "draining", "drained", "retired", "completed"]
+PHASES = [
+    "submitted",
+    "validated",
+    "deploying",
+    "deployed",
+    "cut",
+    "draining",
+    "drained",
+    "retiring",
+    "retired",
+    "completed",
+]
 
 
 def swap_and_wait(client: Client, query: Path) -> SwapStatus:

@@ -24,14 +24,19 @@ from tests.integration.harness import (
     QUERIES,
     REPO,
     ExecutorProcess,
+    changed,
     committed_watermark,
     continuous_load,
     executor_running,
+    fails_to_start,
+    flaky,
     read_topic,
     run_cli,
     slow_to_deploy,
+    tally,
 )
 from tests.integration.oracle import Truth, Version, assert_invariants, count_and_total, peak_and_low, settle
+from tests.integration.scenarios import PHASES
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -49,11 +54,18 @@ def check_two_versions(truth: Truth, client: Client, swap_id: str) -> None:
 
 
 # -- crashes -----------------------------------------------------------------------------------------
+# Each crash point and the phase the journal holds when the process dies there: after every write of
+# the swap, and between each write and the action it records.
 CRASHES = [
+    ("after:validated", SwapPhase.VALIDATED),  # validated, with its graph record, in one write
+    ("after:deploying", SwapPhase.DEPLOYING),  # recorded; the new query not started
+    ("before:deployed", SwapPhase.DEPLOYING),  # the new query runs; `deployed` not written yet
     ("after:deployed", SwapPhase.DEPLOYED),
-    ("after:cut", SwapPhase.CUT),
+    ("after:cut", SwapPhase.CUT),  # in the service graph's batch or tick
     ("after:draining", SwapPhase.DRAINING),
     ("after:drained", SwapPhase.DRAINED),
+    ("after:retiring", SwapPhase.RETIRING),  # recorded; the old query not stopped yet
+    ("after:old-stopped", SwapPhase.RETIRING),  # the old query stopped; `retired` not written yet
     ("after:retired", SwapPhase.RETIRED),
 ]
 
@@ -83,9 +95,9 @@ def test_executor_killed_in_each_swap_phase_resumes_and_keeps_every_invariant(
             truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
         finally:
             process.stop()
-    # The cut recorded before the second crash was never re-decided.
+    # The cut recorded before a crash was never re-decided, and each phase was recorded once.
     assert done.cut_batch is not None
-    assert [p.name for p in done.phases][-1] is SwapPhase.COMPLETED
+    assert [p.name for p in done.phases] == PHASES
     check_two_versions(truth, client, swap.id)
 
 
@@ -167,58 +179,11 @@ def test_submit_of_a_missing_file_is_one_line_and_exits_1(settings: Settings, tm
 
 
 # -- failing queries ---------------------------------------------------------------------------------
-def failing_query(tmp_path: Path, *, fail_at_start: bool = False, failures: int = 0) -> Path:
-    """A Python query that fails when deployed (validation calls it once first), or fails on its
-    first live batches `failures` times and then works."""
-    state = tmp_path / "failures"
-    calls = tmp_path / "calls"
-    path = tmp_path / ("broken_start.py" if fail_at_start else "flaky.py")
-    path.write_text(
-        f"""
-import os
-
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-
-STATE = {str(state)!r}
-CALLS = {str(calls)!r}
-
-
-def _flaky(ts):
-    # Only live events (from 2027 on) trip it, {failures} times in all.
-    if ts > 1_790_000_000_000:
-        seen = len(open(STATE).read()) if os.path.exists(STATE) else 0
-        if seen < {failures}:
-            with open(STATE, "a") as f:
-                f.write("x")
-            raise RuntimeError("flaky dependency")
-    return ts
-
-
-def query(events: DataFrame) -> DataFrame:
-    earlier = len(open(CALLS).read()) if os.path.exists(CALLS) else 0
-    with open(CALLS, "a") as f:
-        f.write("c")
-    if {fail_at_start!r} and earlier >= 1:
-        raise RuntimeError("cannot reach the feature store")
-    flaky = F.udf(_flaky, "long")
-    return (
-        events.where(flaky("ts") >= 0)
-        .groupBy(F.window("event_time", "10 seconds"), "key")
-        .agg(F.count("*").alias("n"), F.sum("value").alias("total"))
-        .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "key", "n",
-                "total")
-    )
-"""
-    )
-    return path
-
-
 def test_a_query_failing_before_the_cut_fails_the_swap_and_the_old_query_keeps_serving(
     settings: Settings, spark: SparkSession, client: Client, tmp_path: Path
 ) -> None:
     spec = GeneratorSpec(rate=300, keys=3, seed=33, time_scale=10, start_ts=T0)
-    query = failing_query(tmp_path, fail_at_start=True)
+    query = fails_to_start(tmp_path)
     with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec):
         wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
         record = client.submit(query)
@@ -241,8 +206,8 @@ def test_a_query_failing_after_the_cut_is_restarted_from_its_checkpoint(
 ) -> None:
     start = 1_800_000_000_000
     spec = GeneratorSpec(rate=300, keys=3, seed=34, disorder_ms=300, time_scale=10, start_ts=start)
-    fast_restarts = settings.model_copy(update={"query_restart_backoff": "1s"})
-    query = failing_query(tmp_path, failures=2)
+    fast_restarts = changed(settings, query_restart_backoff="1s")
+    query = flaky(tmp_path, failures=2)
     with executor_running(fast_restarts, spark, COUNT_10S), continuous_load(settings, spec) as load:
         wait_until(lambda: committed_watermark(client, "count_per_key") > start + 10_000, 120, "first windows")
         record = client.submit(query)
@@ -251,7 +216,7 @@ def test_a_query_failing_after_the_cut_is_restarted_from_its_checkpoint(
         wait_until(lambda: committed_watermark(client, "flaky") >= cut + 30_000, 120, "windows of the flaky query")
         load.stop()
         truth = settle(settings, lambda: committed_watermark(client, "flaky"))
-    assert (tmp_path / "failures").read_text() == "xx"
+    assert tally(tmp_path, "flaky", "failures") == 2
     versions = [VERSIONS[0], Version("flaky", 10_000, count_and_total)]
     cuts = [truth.cut(done)]
     assert_invariants(read_results(settings), truth.on_time, versions, cuts, truth.closed_until, allow_redelivery=True)

@@ -27,6 +27,7 @@ from hotswap.service_sink.audit import read_results
 from tests.conftest import wait_until
 from tests.integration.harness import (
     REPO,
+    changed,
     committed_watermark,
     continuous_load,
     executor_running,
@@ -101,7 +102,7 @@ def test_skewed_partitions_and_a_backlog_lose_no_row_and_catch_up_in_bounded_bat
     settings: Settings, spark: SparkSession, client: Client
 ) -> None:
     bound = 200
-    skewed = settings.model_copy(update={"lateness": "5s", "max_offsets_per_trigger": bound})
+    skewed = changed(settings, lateness="5s", max_offsets_per_trigger=bound)
     topics = Topics(skewed)
     topics.ensure(skewed.source_topic, PARTITIONS)
     topics.close()
@@ -136,7 +137,7 @@ def test_skewed_partitions_and_a_backlog_lose_no_row_and_catch_up_in_bounded_bat
 def test_a_source_that_goes_quiet_right_after_a_submit_completes_the_swap_and_closes_every_window(
     settings: Settings, spark: SparkSession, client: Client
 ) -> None:
-    quiet = settings.model_copy(update={"idle_timeout": "3s"})
+    quiet = changed(settings, idle_timeout="3s")
     spec = GeneratorSpec(rate=300, keys=3, seed=41, disorder_ms=300, time_scale=10, start_ts=T0)
     with executor_running(quiet, spark, COUNT_10S):
         with continuous_load(quiet, spec):

@@ -17,7 +17,15 @@ from hotswap.executor.operator.client import Client
 from hotswap.executor.tools.generator import GeneratorSpec
 from hotswap.service_sink.audit import read_results
 from tests.conftest import wait_until
-from tests.integration.harness import REPO, ExecutorProcess, committed_watermark, continuous_load, executor_running
+from tests.integration.harness import (
+    REPO,
+    ExecutorProcess,
+    changed,
+    committed_watermark,
+    continuous_load,
+    executor_running,
+    fails_on_rows,
+)
 from tests.integration.oracle import Version, assert_invariants, count_and_total, mean_and_n, peak_and_low, settle
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -155,38 +163,11 @@ def test_a_completed_swap_and_a_running_one_are_rolled_back_under_load(
     assert_invariants(read_results(settings), truth.on_time, versions, cuts, truth.closed_until)
 
 
-def broken_query(tmp_path: Path, name: str) -> Path:
-    """A Python query with 10 s windows that fails on every batch with rows, for good."""
-    path = tmp_path / f"{name}.py"
-    path.write_text(
-        """
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-
-
-def _score(ts):
-    raise RuntimeError("model server unreachable")
-
-
-def query(events: DataFrame) -> DataFrame:
-    score = F.udf(_score, "long")
-    return (
-        events.where(score("ts") >= 0)
-        .groupBy(F.window("event_time", "10 seconds"), "key")
-        .agg(F.count("*").alias("n"), F.sum("value").alias("total"))
-        .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "key", "n",
-                "total")
-    )
-"""
-    )
-    return path
-
-
 def test_a_query_failing_for_good_after_its_cut_is_rolled_back_and_then_fixed_forward_on_its_buffer(
     settings: Settings, spark: SparkSession, client: Client, tmp_path: Path
 ) -> None:
     spec = GeneratorSpec(rate=300, keys=3, seed=54, disorder_ms=300, time_scale=10, start_ts=T0)
-    failing_fast = settings.model_copy(update={"query_restarts": 1, "query_restart_backoff": "1s"})
+    failing_fast = changed(settings, query_restarts=1, query_restart_backoff="1s")
 
     def fails_after_its_cut(query: Path) -> SwapRecord:
         """The swap's query fails for good after its cut: during the drain (the swap fails) or after it
@@ -197,11 +178,11 @@ def test_a_query_failing_for_good_after_its_cut_is_rolled_back_and_then_fixed_fo
 
     with executor_running(failing_fast, spark, COUNT_10S), continuous_load(settings, spec) as load:
         wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
-        first = fails_after_its_cut(broken_query(tmp_path, "scored"))
+        first = fails_after_its_cut(fails_on_rows(tmp_path, "scored"))
         assert first.cut_window_end is not None, first
         back = client.wait_until_done(client.rollback(first.id).id, 180)
 
-        second = fails_after_its_cut(broken_query(tmp_path, "scored_again"))
+        second = fails_after_its_cut(fails_on_rows(tmp_path, "scored_again"))
         assert second.cut_window_end is not None, second
         fixed = client.wait_until_done(client.submit(AVERAGE_10S, fix=second.id).id, 180)
         final = fixed.to_query

@@ -3,18 +3,31 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
+import redis
 from pyspark.sql import SparkSession
 
-from hotswap.contract.journal import SwapPhase
+from hotswap.contract.journal import SwapPhase, SwapRecord
+from hotswap.contract.names import Keys
+from hotswap.contract.records import read_progress, read_service_state
 from hotswap.contract.settings import Settings
 from hotswap.executor.operator.client import Client
 from hotswap.executor.tools.generator import GeneratorSpec, produce
 from hotswap.service_sink.audit import read_results
 from tests.conftest import wait_until
-from tests.integration.harness import committed_watermark, continuous_load, executor_running, read_topic
+from tests.integration.harness import (
+    changed,
+    committed_watermark,
+    continuous_load,
+    executor_running,
+    read_topic,
+    slow_to_start,
+    stalls_once,
+    tally,
+)
 from tests.integration.oracle import Version, assert_invariants, count_and_total, peak_and_low, settle
 from tests.integration.scenarios import (
     COUNT_10S,
@@ -29,6 +42,11 @@ from tests.integration.scenarios import (
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
+def phase_at(record: SwapRecord, phase: SwapPhase) -> float:
+    """When the swap entered `phase`, in seconds since the epoch."""
+    return next(p.at for p in record.phases if p.name is phase) / 1000
+
+
 def test_three_consecutive_swaps_under_load_keep_every_invariant(
     settings: Settings, spark: SparkSession, client: Client
 ) -> None:
@@ -37,49 +55,12 @@ def test_three_consecutive_swaps_under_load_keep_every_invariant(
     assert_three_swaps_keep_every_invariant(settings, client, run)
 
 
-def slow_query(tmp_path: Path, sleep_s: float) -> Path:
-    """A Python query whose first batch of real events stalls, as a query with a slow start would."""
-    done = tmp_path / "slow-start-done"
-    path = tmp_path / "slow_start.py"
-    path.write_text(
-        f"""
-import os
-import time
-
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-
-DONE = {str(done)!r}
-
-
-def _stall_once(ts):
-    # Only this test's events (from 2027 on) stall.
-    if ts > 1_790_000_000_000 and not os.path.exists(DONE):
-        time.sleep({sleep_s})
-        open(DONE, "w").close()
-    return ts
-
-
-def query(events: DataFrame) -> DataFrame:
-    stall = F.udf(_stall_once, "long")
-    return (
-        events.where(stall("ts") >= 0)
-        .groupBy(F.window("event_time", "10 seconds"), "key")
-        .agg(F.count("*").alias("n"), F.sum("value").alias("total"))
-        .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "key", "n",
-                "total")
-    )
-"""
-    )
-    return path
-
-
 def test_a_new_query_slow_to_start_buffers_its_rows_in_its_topic(
     settings: Settings, spark: SparkSession, client: Client, tmp_path: Path
 ) -> None:
     start = 1_800_000_000_000
     spec = GeneratorSpec(rate=300, keys=3, seed=8, disorder_ms=300, time_scale=10, start_ts=start)
-    query = slow_query(tmp_path, sleep_s=20)
+    query = stalls_once(tmp_path, sleep_s=20)
     with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as load:
         wait_until(lambda: committed_watermark(client, "count_per_key") > start + 10_000, 120, "first windows")
         record = client.submit(query)
@@ -98,7 +79,7 @@ def test_a_new_query_slow_to_start_buffers_its_rows_in_its_topic(
         load.stop()
         truth = settle(settings, lambda: committed_watermark(client, "slow_start"))
 
-    assert (tmp_path / "slow-start-done").exists()
+    assert tally(tmp_path, "slow_start", "stalled") >= 1  # once per task of its first batch with live rows
     versions = [Version("count_per_key", 10_000, count_and_total), Version("slow_start", 10_000, count_and_total)]
     assert_invariants(read_results(settings), truth.on_time, versions, [truth.cut(done)], truth.closed_until)
 
@@ -150,3 +131,46 @@ def test_late_events_after_a_cut_go_to_the_late_topic_and_are_counted(
     after = {r.key: r.row for r in read_results(settings) if r.window_end <= cut}
     assert after == {k: v for k, v in results_before.items() if v["window_end"] <= cut}
     assert swap.state is SwapPhase.COMPLETED
+
+
+def test_a_deploy_that_takes_10s_leaves_the_loop_its_cadence(
+    settings: Settings, spark: SparkSession, client: Client, control: redis.Redis, tmp_path: Path
+) -> None:
+    """While a new query takes 10 s to start, the executor's loop keeps running: on a quiet source the
+    idle watermark keeps moving on its tick (every second), and the serving graph's progress reports,
+    whose batches those markers drive, keep coming."""
+    quiet = changed(settings, idle_timeout="2s")
+    keys = Keys(quiet.namespace)
+    spec = GeneratorSpec(rate=300, keys=3, seed=10, time_scale=10, start_ts=T0)
+    with executor_running(quiet, spark, COUNT_10S):
+        with continuous_load(quiet, spec):
+            wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
+        wait_until(lambda: all(p.idle for p in client.status().service.partitions.values()), 60, "an idle source")
+        swap = client.submit(slow_to_start(tmp_path, 10))
+        samples: list[tuple[float, int | None, int]] = []  # (monotonic s, service watermark, report batch)
+
+        def deployed() -> bool:
+            progress = read_progress(control, keys, "count_per_key")
+            samples.append(
+                (time.monotonic(), read_service_state(control, keys).watermark, progress.batch_id if progress else -1)
+            )
+            return client.journal.get(swap.id).state not in (SwapPhase.VALIDATED, SwapPhase.DEPLOYING)
+
+        wait_until(deployed, 120, "the slow query to deploy", interval_s=0.1)
+        done = client.wait_until_done(swap.id, 120)
+
+    deploy_s = phase_at(done, SwapPhase.DEPLOYED) - phase_at(done, SwapPhase.DEPLOYING)
+    moves = [t for (t, w, _), (_, before, _) in zip(samples[1:], samples, strict=False) if w != before]
+    reports = [t for (t, _, b), (_, _, before) in zip(samples[1:], samples, strict=False) if b != before]
+    watermark_gap = max(b - a for a, b in zip([samples[0][0], *moves], [*moves, samples[-1][0]], strict=True))
+    report_gap = max(b - a for a, b in zip([samples[0][0], *reports], [*reports, samples[-1][0]], strict=True))
+    print(
+        f"deploy {deploy_s:.1f}s over {samples[-1][0] - samples[0][0]:.1f}s sampled: the idle watermark moved "
+        f"{len(moves)} times (largest gap {watermark_gap:.2f}s), the serving graph reported {len(reports)} new "
+        f"batches (largest gap {report_gap:.2f}s)"
+    )
+    assert deploy_s >= 10
+    # A loop blocked by the deploy would leave gaps of 10 s; on its 0.25 s tick the watermark moves every second.
+    assert watermark_gap < 4, watermark_gap
+    assert report_gap < 5, report_gap
+    assert len(moves) >= 5

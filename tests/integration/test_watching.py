@@ -120,7 +120,7 @@ def test_a_swap_shows_in_the_live_view_metrics_dashboard_and_history_and_prints_
             assert plan["valid"] is True
             assert (plan["window_ms"], plan["group_columns"], plan["replaces"]) == (30_000, ["key"], "count_per_key")
             assert plan["cut_window_end"] % 30_000 == 0
-            assert plan["floor"] == plan["cut_window_end"] + settings.lateness_ms
+            assert plan["floor"] == plan["cut_window_end"] + settings.lateness.ms
             assert plan["ahead"] == []
             assert "event_time TIMESTAMP" in plan["schema_ddl"]
             assert client.journal.all() == []

@@ -7,13 +7,15 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import fakeredis
 import pytest
+import redis
 
 from hotswap.contract.errors import ControlStateLost, LeaseLost
-from hotswap.contract.fence import Fence, fenced_write
-from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
+from hotswap.contract.fence import Batch, Fence, fenced_write, write
+from hotswap.contract.journal import Also, IllegalTransition, Journal, SwapPhase, SwapRecord
 from hotswap.contract.models import GraphRecord, QueryKind, QuerySource, new_spark_query_id
 from hotswap.contract.names import Keys
 from hotswap.contract.settings import Settings
@@ -127,3 +129,71 @@ def test_a_graph_resumes_only_the_checkpoint_made_for_it(tmp_path: Path) -> None
     stranger = record.model_copy(update={"spark_query_id": new_spark_query_id()})
     with pytest.raises(GraphStartFailed, match="--reset-namespace"):
         claim_checkpoint(checkpoint, stranger)
+
+
+class CountingRedis(fakeredis.FakeRedis):
+    """Counts the commands sent to Redis (each one a round trip), and can fail the next N with a
+    connection error, as a restarting Redis would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commands: list[str] = []
+        self.refuse = 0
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        self.commands.append(str(args[0]))
+        if self.refuse:
+            self.refuse -= 1
+            raise redis.ConnectionError("Redis is loading its append-only file")
+        return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
+
+
+def test_a_fenced_write_with_its_preconditions_is_one_round_trip() -> None:
+    client = CountingRedis()
+    fence = holding(client)
+    journal = Journal(client, KEYS, fence)
+    journal.create(SwapRecord(id="s", to_query="b"))  # loads the write script
+    record = journal.get("s")
+    client.commands.clear()
+    graph = GraphRecord(
+        query_id="b", source=QuerySource(name="b", kind=QueryKind.SQL, text="--"), window_ms=1, topic="t"
+    )
+    moved = journal.advance(record, SwapPhase.VALIDATED, also=Also(graphs=[graph]))
+    assert moved is not None
+    assert client.commands == ["EVALSHA"]  # lease, namespace, compare-and-set, record, graph: one script
+    assert client.hget(KEYS.graphs, "b") is not None
+    journal.open()  # the first call loads the read script into Redis; later ones name it by its hash
+    client.commands.clear()
+    assert [s.id for s in journal.open()] == ["s"]
+    assert client.commands == ["EVALSHA"]
+
+
+def test_a_write_whose_precondition_fails_writes_nothing() -> None:
+    client = fakeredis.FakeRedis()
+    fence = holding(client)
+    client.set(KEYS.current, "a")
+    refused = Batch().expect(KEYS.current, "b").set(KEYS.current, "c").hset(KEYS.graphs, "x", "1")
+    assert not write(client, fence, refused)
+    assert (client.get(KEYS.current), client.hgetall(KEYS.graphs)) == (b"a", {})
+    assert write(client, fence, Batch().expect(KEYS.current, "a").set(KEYS.current, "c"))
+    assert client.get(KEYS.current) == b"c"
+    assert not write(client, fence, Batch().expect(KEYS.current, None).set(KEYS.current, "d"))
+
+
+def test_a_stale_record_read_before_another_writer_moved_it_is_read_again_and_decided_again() -> None:
+    client = fakeredis.FakeRedis()
+    journal = Journal(client, KEYS, holding(client))
+    journal.create(SwapRecord(id="s", to_query="b"))
+    stale = journal.get("s")
+    journal.advance("s", SwapPhase.ABORTED)
+    with pytest.raises(IllegalTransition, match="from aborted to validated"):
+        journal.advance(stale, SwapPhase.VALIDATED)
+    assert journal.advance(stale, SwapPhase.VALIDATED, when=lambda r: r.state is SwapPhase.SUBMITTED) is None
+
+
+def test_a_control_write_waits_for_a_restarting_redis() -> None:
+    client = CountingRedis()
+    fence = holding(client)
+    client.refuse = 2
+    fenced_write(client, fence, lambda batch: batch.set(KEYS.service, "{}"))
+    assert client.get(KEYS.service) == b"{}"

@@ -2,10 +2,12 @@ import fakeredis
 import pytest
 
 from hotswap.contract.journal import (
+    Also,
     Journal,
     SwapPhase,
     SwapRecord,
     UnknownSwap,
+    active_swap,
 )
 from hotswap.contract.names import Keys
 
@@ -18,9 +20,15 @@ def journal() -> Journal:
 def test_each_transition_is_recorded_with_its_time(journal: Journal) -> None:
     journal.create(SwapRecord(id="a", to_query="q2"))
     journal.advance("a", SwapPhase.VALIDATED)
+    journal.advance("a", SwapPhase.DEPLOYING)
     record = journal.advance("a", SwapPhase.DEPLOYED)
     assert record is not None
-    assert [p.name for p in record.phases] == [SwapPhase.SUBMITTED, SwapPhase.VALIDATED, SwapPhase.DEPLOYED]
+    assert [p.name for p in record.phases] == [
+        SwapPhase.SUBMITTED,
+        SwapPhase.VALIDATED,
+        SwapPhase.DEPLOYING,
+        SwapPhase.DEPLOYED,
+    ]
     assert all(p.at > 0 for p in record.phases)
     assert journal.get("a") == record
 
@@ -42,3 +50,99 @@ def test_namespaces_do_not_collide() -> None:
     assert Journal(client, Keys("b")).find("x") is None
     assert Keys("a").swap("x") != Keys("b").swap("x")
     assert Keys("a").swap("x").startswith("hotswap:{a}:")
+
+
+def at(state: SwapPhase, swap_id: str, **fields: object) -> SwapRecord:
+    return SwapRecord(id=swap_id, to_query=swap_id, state=state).changed(**fields)
+
+
+def test_the_active_swap_is_the_one_past_validation_or_else_the_first_queued() -> None:
+    done = at(SwapPhase.COMPLETED, "done")
+    submitted = at(SwapPhase.SUBMITTED, "new")
+    queued = at(SwapPhase.VALIDATED, "queued")
+    later = at(SwapPhase.VALIDATED, "later")
+    running = at(SwapPhase.DRAINING, "running")
+    assert active_swap([done, queued, running, later]) == running
+    assert active_swap([done, submitted, queued, later]) == queued
+    assert active_swap([done, submitted]) is None
+
+
+def test_a_stranded_swap_is_never_active_and_its_recovery_goes_before_the_queue() -> None:
+    stranded = at(SwapPhase.STRANDED, "stranded", cut_window_end=60_000)
+    queued = at(SwapPhase.VALIDATED, "queued")
+    fix = at(SwapPhase.VALIDATED, "fix", recovers="stranded")
+    assert active_swap([stranded, queued]) == queued  # it starts once the stranded swap is taken over
+    assert active_swap([stranded, queued, fix]) == fix
+
+
+def test_open_swaps_are_read_without_the_ended_ones(journal: Journal) -> None:
+    for swap_id in ("a", "b", "c"):
+        journal.create(SwapRecord(id=swap_id, to_query=swap_id))
+    journal.advance("b", SwapPhase.REJECTED, error="no")
+    assert [s.id for s in journal.open()] == ["a", "c"]
+    assert [s.id for s in journal.all()] == ["a", "b", "c"]
+
+
+def test_a_journal_from_before_the_index_gets_it_and_its_failed_after_cut_swaps_are_stranded() -> None:
+    client = fakeredis.FakeRedis()
+    keys = Keys("unit")
+    journal = Journal(client, keys)
+    for swap_id in ("done", "failed-before", "failed-after", "running"):
+        journal.create(SwapRecord(id=swap_id, to_query=swap_id))
+    # As an earlier version left them: no index, and `failed` for both kinds of failure.
+    old = {
+        "done": SwapPhase.COMPLETED,
+        "failed-before": SwapPhase.FAILED,
+        "failed-after": SwapPhase.FAILED,
+        "running": SwapPhase.DRAINING,
+    }
+    for swap_id, state in old.items():
+        cut = 60_000 if swap_id in ("failed-after", "running", "done") else None
+        record = journal.get(swap_id).changed(state=state, cut_window_end=cut)
+        client.set(keys.swap(swap_id), record.model_dump_json())
+    client.delete(keys.open_swaps)
+    assert journal.build_index()
+    assert [(s.id, s.state) for s in journal.open()] == [
+        ("failed-after", SwapPhase.STRANDED),
+        ("running", SwapPhase.DRAINING),
+    ]
+    assert journal.get("failed-before").state is SwapPhase.FAILED
+    assert not journal.build_index()  # once
+
+
+def test_reading_open_swaps_reads_none_of_the_ended_ones(journal: Journal, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The executor's tick and the service graph read `open()`: 200 swaps of history cost it nothing."""
+    for n in range(200):
+        journal.create(SwapRecord(id=f"old{n}", to_query="q"))
+        journal.advance(f"old{n}", SwapPhase.REJECTED, error="refused")
+    journal.create(SwapRecord(id="now", to_query="q"))
+    parsed: list[str] = []
+    original = SwapRecord.model_validate_json
+
+    def counting(raw: str | bytes, **kwargs: object) -> SwapRecord:
+        record = original(raw)
+        parsed.append(record.id)
+        return record
+
+    monkeypatch.setattr(SwapRecord, "model_validate_json", counting)
+    assert [s.id for s in journal.open()] == ["now"]
+    assert parsed == ["now"]
+    monkeypatch.undo()
+    assert len(journal.all()) == 201
+
+
+def test_a_cut_can_carry_the_batch_s_other_writes_in_its_own_write() -> None:
+    keys = Keys("unit")
+    client = fakeredis.FakeRedis()
+    journal = Journal(client, keys)
+    journal.create(SwapRecord(id="s", to_query="b"))
+    for phase in (SwapPhase.VALIDATED, SwapPhase.DEPLOYING, SwapPhase.DEPLOYED):
+        journal.advance("s", phase)
+    plan = Also(queue=lambda batch: batch.set(keys.routing_plan(7), "{}"))
+    cut = journal.record_cut(journal.get("s"), 60_000, 7, also=plan)
+    assert cut is not None
+    assert (cut.state, cut.cut_window_end, cut.cut_batch) == (SwapPhase.CUT, 60_000, 7)
+    assert client.get(keys.routing_plan(7)) == b"{}"
+    journal.advance("s", SwapPhase.ABORTED, when=lambda r: r.state.is_before_cut)  # refused: nothing written
+    assert journal.record_cut("s", 90_000, 8, also=Also(queue=lambda b: b.set(keys.routing_plan(8), "{}"))) is None
+    assert client.get(keys.routing_plan(8)) is None

@@ -7,7 +7,6 @@ from hotswap.service_graph.routing import (
     IdleClock,
     Idleness,
     PartitionBatchStats,
-    active_swap,
     advance_state,
     decide_cut,
     expired_rows,
@@ -92,12 +91,15 @@ def test_no_current_graph_and_no_swap_is_an_error_naming_the_fix() -> None:
         plan_batch(1, ServiceState(), None, None, {})
 
 
-def test_active_swap_skips_queued_and_ended_swaps() -> None:
-    done = swap(SwapPhase.COMPLETED)
-    queued = swap(SwapPhase.VALIDATED).model_copy(update={"id": "s2"})
-    running = swap(SwapPhase.DRAINING).model_copy(update={"id": "s3"})
-    assert active_swap([done, queued, running]) == running
-    assert active_swap([done, queued]) is None
+def test_a_stranded_swap_keeps_its_cut_and_a_retiring_one_routes_everything_to_the_new_graph() -> None:
+    cut = T0 + 60_000
+    stranded = plan_batch(5, state_with(T0), GRAPHS["old"], swap(SwapPhase.STRANDED, cut), GRAPHS)
+    assert stranded.target_query == "new"
+    assert stranded.cut is not None
+    assert stranded.cut.boundary == cut
+    for phase in (SwapPhase.RETIRING, SwapPhase.RETIRED):
+        plan = plan_batch(5, state_with(T0), GRAPHS["old"], swap(phase, cut), GRAPHS)
+        assert (plan.target_query, plan.cut) == ("new", None)
 
 
 def stats(partition: int, ts: int | None, offset: int = 5) -> PartitionBatchStats:

@@ -3,12 +3,19 @@ from pathlib import Path
 import pytest
 
 from hotswap.contract.errors import ConfigError
-from hotswap.contract.settings import Settings, load_settings
+from hotswap.contract.settings import Settings, deprecated_names, load_settings
 
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in ("HOTSWAP_KAFKA_BOOTSTRAP", "HOTSWAP_REDIS_URL", "HOTSWAP_NAMESPACE", "HOTSWAP_WINDOW"):
+    for name in (
+        "HOTSWAP_KAFKA_BOOTSTRAP",
+        "HOTSWAP_REDIS_URL",
+        "HOTSWAP_NAMESPACE",
+        "HOTSWAP_WINDOW",
+        "HOTSWAP_DRAIN_TIMEOUT",
+        "HOTSWAP_CUT_TIMEOUT",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOTSWAP_CONFIG_FILE", str(tmp_path / "absent.toml"))
 
@@ -17,7 +24,7 @@ def test_defaults_point_at_the_embedded_stack() -> None:
     settings = Settings()
     assert settings.bootstrap == "127.0.0.1:9092"
     assert settings.redis_dsn == "redis://127.0.0.1:6379/0"
-    assert settings.window_ms == 10_000
+    assert settings.window.ms == 10_000
 
 
 def test_environment_toml_and_flags_layer_in_that_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -27,8 +34,8 @@ def test_environment_toml_and_flags_layer_in_that_order(monkeypatch: pytest.Monk
     monkeypatch.setenv("HOTSWAP_WINDOW", "30s")
     settings = load_settings(namespace="from-flag", sink_topic=None)
     assert settings.namespace == "from-flag"  # flag beats TOML
-    assert settings.window == "30s"  # environment beats TOML
-    assert settings.lateness_ms == 7_000  # TOML beats the default
+    assert str(settings.window) == "30s"  # environment beats TOML
+    assert settings.lateness.ms == 7_000  # TOML beats the default
     assert settings.sink_topic == "results"  # an unset flag changes nothing
 
 
@@ -92,3 +99,36 @@ def test_brokers_whose_ports_would_collide_are_refused_with_a_port_to_use() -> N
     with pytest.raises(ConfigError, match=expected):
         load_settings(kafka_brokers=2)
     assert load_settings(kafka_brokers=2, kafka_controller_port=9192).bootstrap == "127.0.0.1:9092,127.0.0.1:9093"
+
+
+def test_durations_are_typed_once_and_keep_their_text() -> None:
+    settings = load_settings(window="2m", lateness="500ms", deploy_timeout=90_000, lease_ttl=" 15s ")
+    assert (settings.window.ms, settings.window.s, str(settings.window)) == (120_000, 120.0, "2m")
+    assert (settings.lateness.ms, str(settings.lateness)) == (500, "500ms")
+    assert (settings.deploy_timeout.ms, str(settings.deploy_timeout)) == (90_000, "90s")  # plain ms
+    assert str(settings.lease_ttl) == "15s"
+    assert settings.model_dump(mode="json")["window"] == "2m"
+    with pytest.raises(ConfigError, match=r"deploy_timeout: cannot read duration 'soon'"):
+        load_settings(deploy_timeout="soon")
+    with pytest.raises(ConfigError, match="window: the window must be longer than 0"):
+        load_settings(window="0s")
+
+
+def test_idle_timeout_may_be_off() -> None:
+    assert load_settings(idle_timeout="off").idle_timeout is None
+    assert load_settings(idle_timeout="OFF").model_dump(mode="json")["idle_timeout"] == "off"
+    idle = load_settings(idle_timeout="45s").idle_timeout
+    assert idle is not None
+    assert idle.ms == 45_000
+
+
+def test_the_wait_for_a_cut_is_cut_timeout_and_drain_timeout_still_reads_as_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert str(Settings().cut_timeout) == "300s"
+    assert load_settings(cut_timeout="40s").cut_timeout.ms == 40_000
+    monkeypatch.setenv("HOTSWAP_DRAIN_TIMEOUT", "50s")
+    assert Settings().cut_timeout.ms == 50_000
+    assert deprecated_names() == ["HOTSWAP_DRAIN_TIMEOUT is deprecated; use HOTSWAP_CUT_TIMEOUT"]
+    monkeypatch.setenv("HOTSWAP_CUT_TIMEOUT", "60s")
+    assert Settings().cut_timeout.ms == 60_000  # the new name wins

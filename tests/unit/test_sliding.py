@@ -3,23 +3,15 @@ go to both graphs around W, and which graph owns which windows (README, "Sliding
 
 import itertools
 import math
-from typing import Any
 
-import fakeredis
 import pytest
 
-from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
-from hotswap.contract.models import GraphRecord, GraphState, NodePosition, QueryKind, QuerySource, ServiceState
-from hotswap.contract.names import Keys
+from hotswap.contract.journal import SwapPhase, SwapRecord
+from hotswap.contract.models import GraphRecord, NodePosition, QueryKind, QuerySource, ServiceState
 from hotswap.contract.ownership import OwnedWindows, WindowOwner, owned_windows, window_owners
-from hotswap.contract.settings import Settings
-from hotswap.contract.source import SourceSpec
 from hotswap.contract.windows import Windowing, cut_boundary, first_row_needed
-from hotswap.execution_graph.validation import QueryShape
-from hotswap.executor.control.swap import SwapProtocol
 from hotswap.service_graph.routing import decide_cut, graph_markers, plan_batch
 from hotswap.service_sink.audit import Result, audit
-from tests.unit.test_control_plane import FakeGraphs, FakeReporter, source
 
 T0 = 1_700_000_000_000  # a multiple of 20 s (not of 30 s)
 E = T0 + 50_000  # the largest window end routed before the cut
@@ -229,77 +221,3 @@ def test_the_results_audit_takes_a_sliding_versions_overlapping_windows_for_what
     # Two tumbling versions answering the same time are still caught, and so is a gap.
     assert audit([result("v1", 0, 10), result("v2", 0, 30)]).overlapping_windows == 1
     assert audit([result("v2", 0, 30), result("v2", 10, 30), result("v2", 50, 30)]).missing_windows == [(40, 50)]
-
-
-# -- the swap protocol with sliding windows (fakeredis, fake graphs) -----------------------------------
-SHAPES = {"a": TUMBLING_10, "s": SLIDING_30_10, "wide": Windowing.of(40_000, 10_000), "s2": SLIDING_30_10}
-
-
-class SlidingGraphs(FakeGraphs):
-    def validate(self, query: QuerySource, running_window_ms: int | None, reads: SourceSpec) -> QueryShape:
-        windows = SHAPES[query.name]
-        return QueryShape(window_ms=windows.size_ms, slide_ms=windows.slide_ms, columns=(), group_columns=())
-
-
-@pytest.fixture
-def protocol_world() -> tuple[SwapProtocol, Journal, SlidingGraphs]:
-    client = fakeredis.FakeRedis()
-    graphs = SlidingGraphs()
-    graphs.save(graph("a", TUMBLING_10).changed(source=source("a"), state=GraphState.RUNNING))
-    graphs.current_id = "a"
-    protocol = SwapProtocol(Settings(namespace="unit"), client, graphs, FakeReporter())  # type: ignore[arg-type]
-    return protocol, Journal(client, Keys("unit")), graphs
-
-
-def test_slides_are_recorded_at_validation_and_when_the_swap_starts(protocol_world: Any) -> None:
-    protocol, journal, graphs = protocol_world
-    journal.create(SwapRecord(id="s1", to_query="s", source=source("s")))
-    protocol.step()
-    started = journal.get("s1")
-    assert started.state is SwapPhase.DEPLOYED
-    assert (started.new_window_ms, started.new_slide_ms) == (30_000, 10_000)
-    assert (started.old_window_ms, started.old_slide_ms) == (10_000, 10_000)
-    assert graphs.get("s").windowing == SLIDING_30_10
-
-
-def failed_sliding_swap(protocol: SwapProtocol, journal: Journal, graphs: SlidingGraphs) -> None:
-    """a (10 s) -> s (30 s every 10 s) cut at 30 s, then s failed for good before emitting a window:
-    its buffer holds the rows from 10 s (30 s - 20 s) on."""
-    journal.create(SwapRecord(id="s1", to_query="s", source=source("s")))
-    protocol.step()
-    journal.advance("s1", SwapPhase.CUT, cut_window_end=30_000, cut_batch=3)
-    journal.advance("s1", SwapPhase.FAILED, error="query s kept failing")
-    failed = graphs.get("s")
-    assert failed is not None
-    graphs.save(failed.changed(state=GraphState.FAILED))
-    graphs.current_id = "s"
-    graphs.retire("a")
-
-
-def test_a_sliding_query_may_take_over_a_buffer_that_holds_its_first_windows_rows(protocol_world: Any) -> None:
-    protocol, journal, graphs = protocol_world
-    failed_sliding_swap(protocol, journal, graphs)
-    journal.create(SwapRecord(id="fix", to_query="s2", source=source("s2"), recovers="s1"))
-    for _ in range(6):
-        protocol.step()
-    assert journal.get("fix").state is SwapPhase.COMPLETED, journal.get("fix").error
-    taking_over = graphs.get("s2")
-    # It reads the failed query's topic from 10 s on, and owns the windows ending after 30 s.
-    assert (taking_over.topic, taking_over.start_after, taking_over.reads_from) == (
-        graphs.get("s").topic,
-        30_000,
-        10_000,
-    )
-
-
-def test_a_sliding_query_reaching_before_the_buffer_is_refused_with_the_reason(protocol_world: Any) -> None:
-    protocol, journal, graphs = protocol_world
-    failed_sliding_swap(protocol, journal, graphs)
-    journal.create(SwapRecord(id="fix", to_query="wide", source=source("wide"), recovers="s1"))
-    for _ in range(3):
-        protocol.step()
-    refused = journal.get("fix")
-    assert refused.state is SwapPhase.FAILED
-    assert refused.error is not None
-    assert "40s every 10s windows ending after 00:00:30.000 need rows from 00:00:00.000" in refused.error
-    assert "the buffer of s starts at 00:00:10.000" in refused.error

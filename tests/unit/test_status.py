@@ -24,12 +24,15 @@ from hotswap.contract.models import (
     ServiceState,
 )
 from hotswap.contract.names import Keys
+from hotswap.contract.phases import diagram_markdown
+from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.settings import Settings
 from hotswap.contract.status import Status, json_schema_text
 from hotswap.executor.operator import cli, client
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = REPO / "docs" / "status.schema.json"
+DIAGRAM = REPO / "docs" / "swap-states.md"
 
 
 def source(name: str) -> QuerySource:
@@ -64,7 +67,8 @@ def server() -> fakeredis.FakeServer:
     r.hset(keys.counters, mapping={"late_records": 3})
     journal = Journal(r, keys)
     journal.create(SwapRecord(id="s1", to_query="b", source=source("b")))
-    journal.advance("s1", SwapPhase.VALIDATED, from_query="a")
+    journal.advance("s1", SwapPhase.VALIDATED)
+    journal.advance("s1", SwapPhase.DEPLOYING, from_query="a")
     journal.advance("s1", SwapPhase.DEPLOYED)
     journal.advance("s1", SwapPhase.CUT, cut_window_end=30_000, cut_batch=4)
     return server
@@ -137,6 +141,7 @@ def test_status_json_keeps_the_documented_field_names(
         "new_slide_ms",
         "phases",
         "error",
+        "reason_code",
         "waiting_for",
         "rollback_of",
         "note",
@@ -159,3 +164,17 @@ def test_the_published_schema_is_current() -> None:
     assert SCHEMA.read_text(encoding="utf-8") == json_schema_text(), (
         "docs/status.schema.json is stale: regenerate it with `make schema`"
     )
+
+
+def test_the_published_state_diagram_is_the_phase_table() -> None:
+    assert DIAGRAM.read_text(encoding="utf-8") == diagram_markdown(), (
+        "docs/swap-states.md is stale: regenerate it with `make schema` (or `make diagram`)"
+    )
+
+
+def test_a_failure_shows_its_reason_code_in_status(server: fakeredis.FakeServer) -> None:
+    journal = Journal(fakeredis.FakeRedis(server=server), Keys("blue"))
+    journal.create(SwapRecord(id="s2", to_query="c", source=source("c")))
+    journal.advance("s2", SwapPhase.ABORTED, error="aborted by operator", reason_code=ReasonCode.ABORTED_BY_OPERATOR)
+    swap = next(s for s in status_of(server).swaps if s.id == "s2")
+    assert (swap.state, swap.reason_code, swap.waiting_for) == (SwapPhase.ABORTED, "aborted_by_operator", None)

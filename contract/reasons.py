@@ -1,0 +1,35 @@
+"""Why a swap failed, was rejected, was stranded or was aborted, in a word a program can match.
+
+Every such ending carries a `reason_code` beside its one-line prose `error`: in the journal
+(`SwapRecord.reason_code`), in `hotswap status --json` and in the CLI's exit message. README,
+"Reason codes", says what each one means and what to do. Codes may be added; none is renamed
+without a changelog entry.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ReasonCode(StrEnum):
+    # -- rejected: the query was refused at submit; nothing changed ----------------------------
+    NO_QUERY = "no_query"  # the swap carries no query text
+    QUERY_INVALID = "query_invalid"  # does not analyse, is not windowed, lacks window columns, ...
+    QUERY_RAISED = "query_raised"  # the user's own code raised while it was analysed
+    WINDOWS_NOT_CUTTABLE = "windows_not_cuttable"  # no near boundary shared with the query it replaces
+
+    # -- failed: before the cut; the old query keeps serving -----------------------------------
+    NOTHING_TO_REPLACE = "nothing_to_replace"  # no query serves the namespace
+    GRAPH_NOT_RECORDED = "graph_not_recorded"  # the new graph's record is missing
+    DEPLOY_FAILED = "deploy_failed"  # the new graph's Spark query did not start
+    DEPLOY_TIMEOUT = "deploy_timeout"  # ... nor within deploy_timeout
+    QUERY_FAILED_BEFORE_CUT = "query_failed_before_cut"  # it started, then died before the cut
+    CUT_TIMEOUT = "cut_timeout"  # the service graph took no cut within cut_timeout
+    NOTHING_TO_RECOVER = "nothing_to_recover"  # a rollback or fix of a swap that is not stranded
+    RECOVERY_NOT_ALIGNED = "recovery_not_aligned"  # the failed query stopped off the new windows' grid
+
+    # -- stranded: after the cut; its rows wait in its topic ----------------------------------
+    QUERY_FAILED_AFTER_CUT = "query_failed_after_cut"  # the new query kept failing past its restarts
+
+    # -- aborted ------------------------------------------------------------------------------
+    ABORTED_BY_OPERATOR = "aborted_by_operator"  # `hotswap abort` or `hotswap rollback` before the cut
