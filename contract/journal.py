@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import redis
 
@@ -103,14 +103,27 @@ class SwapRecord(Record):
         return self.changed(**update)
 
 
-def active_swap(swaps: Iterable[SwapRecord]) -> SwapRecord | None:
+class Queued(Protocol):
+    """What `active_swap` reads of a swap: a journal record, or its line in the status document."""
+
+    @property
+    def state(self) -> SwapPhase: ...
+
+    @property
+    def is_recovery(self) -> bool: ...
+
+
+S = TypeVar("S", bound=Queued)
+
+
+def active_swap(swaps: Iterable[S]) -> S | None:
     """The one swap the executor drives now, or None: the only decision of which swap is active.
 
     Swaps run one at a time, in submission order: the swap past validation if there is one, else
     the first validated (queued) swap. A recovery of a stranded swap goes before the swaps queued
     ahead of it, as they cannot start until the query it takes over serves again.
     """
-    queued: list[SwapRecord] = []
+    queued: list[S] = []
     for swap in swaps:
         if not swap.state.is_in_flight:
             continue

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from hotswap.contract.models import QuerySource, Record, now_ms
+from hotswap.contract.reasons import ReasonCode
 
 DRY_RUN_TTL_S = 120  # a request nobody answered, or an answer nobody read, is gone after this
 
@@ -27,7 +28,9 @@ class DryRunPlan(Record):
     query: str = Field(description="The query's name (its file name unless --name says otherwise).")
     valid: bool = Field(description="Whether the query passed validation against the running query.")
     reason: str | None = Field(default=None, description="Why it would be rejected (one line), when not valid.")
-    reason_code: str | None = Field(default=None, description="The machine-readable form of the reason, if known.")
+    reason_code: ReasonCode | None = Field(
+        default=None, description="The machine-readable form of the reason (README, 'Reason codes')."
+    )
     window_ms: int | None = Field(default=None, description="The window size learned from its plan.")
     slide_ms: int | None = Field(default=None, description="The slide of a sliding window (null: tumbling).")
     group_columns: tuple[str, ...] = Field(default=(), description="Output columns that make up the result key.")

@@ -89,10 +89,18 @@ class SwapStatus(StatusPart):
         "docs/swap-states.md); null once it has ended."
     )
     rollback_of: str | None = Field(description="The swap this one undoes (a swap back to that swap's previous query).")
+    recovers: str | None = Field(
+        default=None,
+        description="The stranded swap whose input this one takes over (a rollback or fix forward of it).",
+    )
     note: str | None = Field(
         description="For a rolled-back or fixed-forward swap: which windows kept its results, and who answers "
         "after them."
     )
+
+    @property
+    def is_recovery(self) -> bool:
+        return self.recovers is not None
 
 
 class OwnerStatus(StatusPart):

@@ -18,9 +18,11 @@ from hotswap.contract.journal import Journal, SwapRecord
 from hotswap.contract.models import GraphRecord
 from hotswap.contract.names import Keys
 from hotswap.contract.plans import DRY_RUN_TTL_S, DryRunPlan, DryRunRequest
+from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.records import read_current, read_graphs, read_service_state
 from hotswap.contract.settings import Settings
 from hotswap.contract.windows import Windowing, cut_boundary
+from hotswap.execution_graph.errors import QueryRejected
 from hotswap.execution_graph.graph import GraphRunner, events_stream
 from hotswap.execution_graph.user_query import first_line
 from hotswap.executor.control.graphs import Graphs
@@ -106,11 +108,13 @@ class DryRuns:
             stream = events_stream(self._spark, self._settings, self._settings.names.graph_topic("validation"), reads)
             base = base.changed(schema_ddl=schema_ddl(stream.schema))
             shape = self._graphs.validate(request.source, old_windows.grid_ms if old_windows else None, reads)
+        except QueryRejected as exc:
+            return base.changed(reason=str(exc), reason_code=exc.reason_code)
         except HotswapError as exc:
-            return base.changed(reason=str(exc), reason_code=getattr(exc, "reason_code", None))
+            return base.changed(reason=str(exc), reason_code=ReasonCode.QUERY_INVALID)
         except Exception as exc:  # noqa: BLE001 - validation runs user code; nothing in it may stop the executor
             reason = f"query {request.source.name!r} could not be validated: {first_line(exc)}"
-            return base.changed(reason=reason)
+            return base.changed(reason=reason, reason_code=ReasonCode.QUERY_RAISED)
         cut = None
         if service.max_window_end is not None and old_windows is not None:
             cut = cut_boundary(service.max_window_end, old_windows, shape.windowing, service.watermark)

@@ -381,6 +381,7 @@ def _swap_status(swap: SwapRecord, waiting: str | None, swaps: list[SwapRecord])
         reason_code=swap.reason_code,
         waiting_for=waiting,
         rollback_of=swap.rollback_of,
+        recovers=swap.recovers,
         note=note,
     )
 

@@ -170,7 +170,7 @@ def _swap_row(swap: SwapStatus, now_ms: int) -> str:
     w = f" · <span class='w'>W = {clock(swap.cut_window_end)}</span>" if swap.cut_window_end is not None else ""
     took = f" · {entry.seconds:.1f} s" if entry.seconds is not None else ""
     detail = swap.error or swap.waiting_for or swap.note
-    reason_code = getattr(swap, "reason_code", None)
+    reason_code = swap.reason_code
     detail_html = ""
     if detail:
         css = "error" if swap.error else "muted"

@@ -60,7 +60,7 @@ def swap_history(swap: SwapStatus, now_ms: int) -> SwapHistory:
         cut_window_end=swap.cut_window_end,
         phases=spans,
         error=swap.error,
-        reason_code=getattr(swap, "reason_code", None),
+        reason_code=swap.reason_code,
         rollback_of=swap.rollback_of,
     )
 

@@ -82,8 +82,9 @@ class SwapCollector(Collector):
         swaps = snap.status.swaps
         outcomes = CounterMetricFamily(
             "hotswap_swaps",
-            "Swaps by outcome: each terminal phase a swap entered (a completed swap rolled back later counts in "
-            "both `completed` and `rolled_back`).",
+            "Swaps by outcome: each terminal phase a swap entered, and `stranded` (a completed swap rolled back "
+            "later counts in both `completed` and `rolled_back`, a stranded one fixed later in both `stranded` and "
+            "`fixed_forward`).",
             labels=["outcome"],
         )
         transitions = CounterMetricFamily(
@@ -92,13 +93,14 @@ class SwapCollector(Collector):
             labels=["phase"],
         )
         entered: dict[str, int] = {str(p): 0 for p in SwapPhase}
-        ended: dict[str, int] = {str(p): 0 for p in SwapPhase if p.is_terminal}
+        # The phase table says which phases end a swap, or leave it to an operator (stranded).
+        ended: dict[str, int] = {str(p): 0 for p in SwapPhase if p.is_settled}
         spent: dict[str, list[float]] = {}
         totals: list[float] = []
         for swap in swaps:
             for i, phase in enumerate(swap.phases):
                 entered[str(phase.name)] = entered.get(str(phase.name), 0) + 1
-                if phase.name.is_terminal:
+                if phase.name.is_settled:
                     ended[str(phase.name)] = ended.get(str(phase.name), 0) + 1
                 if i + 1 < len(swap.phases):
                     spent.setdefault(str(phase.name), []).append((swap.phases[i + 1].at - phase.at) / 1000)

@@ -20,6 +20,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from hotswap.contract.journal import active_swap
 from hotswap.contract.models import GraphRecord, GraphState, now_ms
 from hotswap.contract.settings import Settings
 from hotswap.contract.status import Status, SwapStatus
@@ -64,8 +65,10 @@ class Snapshot:
 
     @property
     def active_swap(self) -> SwapStatus | None:
-        """The swap in progress (the first unfinished one past submission), else None."""
-        return next((s for s in self.status.swaps if not s.state.is_terminal and s.phases), None)
+        """The swap in progress: the one the executor drives (the rule of contract.journal.active_swap),
+        else a stranded one, which waits for a rollback or a fix; None when neither."""
+        driven = active_swap(self.status.swaps)
+        return driven or next((s for s in self.status.swaps if s.state.is_stranded), None)
 
     @property
     def last_swap(self) -> SwapStatus | None:

@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from hotswap.contract.phases import SwapPhase
 from hotswap.contract.plans import DryRunPlan
 from hotswap.contract.settings import Settings
 from hotswap.contract.status import Status
@@ -79,7 +80,8 @@ def render_history(entries: list[SwapHistory], out: Console = console) -> None:
         out.print("no swaps yet")
         return
     for e in entries:
-        outcome = e.state if e.ended else f"{e.state} (running)"
+        waits = "waits for a rollback or a fix" if SwapPhase(e.state).is_stranded else "running"
+        outcome = e.state if e.ended else f"{e.state} ({waits})"
         took = "" if e.seconds is None else f" in {e.seconds:.1f} s"
         w = f", W = {iso(e.cut_window_end)}" if e.cut_window_end is not None else ", no cut"
         head = f"[bold]{e.id}[/] {e.from_query or '?'} -> {e.to_query}: {outcome}{took}{w}"

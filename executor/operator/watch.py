@@ -24,7 +24,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from hotswap.contract.journal import SwapPhase
+from hotswap.contract.phases import Wait
 from hotswap.contract.settings import Settings
 from hotswap.contract.status import SwapStatus
 from hotswap.contract.windows import format_duration_ms
@@ -143,23 +143,21 @@ def _swap_view(snap: Snapshot, swap: SwapStatus, memory: WatchMemory, settings: 
     if swap.waiting_for:
         out.append(Text(f"waiting for: {swap.waiting_for}"))
     if swap.error:
-        code = getattr(swap, "reason_code", None)
-        out.append(Text(f"error: {swap.error}" + (f" [{code}]" if code else ""), style="red"))
+        code = f" [{swap.reason_code}]" if swap.reason_code else ""
+        out.append(Text(f"error: {swap.error}{code}", style="red"))
     if entry.ended:
         return out
-    names = [str(p.name) for p in swap.phases]
-    # The deploy: from validated (or deploying, where the journal records it) until the new graph
-    # runs, against deploy_timeout; only for the swap whose turn it is (a queued one waits).
-    if swap is snap.active_swap and str(SwapPhase.DEPLOYED) not in names and str(swap.state) != "submitted":
-        started = next((p.at for p in reversed(swap.phases) if str(p.name) in ("validated", "deploying")), None)
-        if started is not None:
-            elapsed = (snap.at_ms - started) / 1000
-            limit = settings.deploy_timeout.s
-            out.append(_bar("deploy", elapsed, limit, f"{elapsed:.1f} s of {limit:.0f} s allowed"))
+    # What the phase waits for (the phase table, contract/phases.py) says which progress is measurable.
+    wait = swap.state.waits_for(recovery=swap.is_recovery)
+    if wait is Wait.GRAPH_START and swap.phases:
+        # The deploy: from `deploying` until the new graph runs, against deploy_timeout.
+        elapsed = max(0, snap.at_ms - swap.phases[-1].at) / 1000
+        limit = settings.deploy_timeout.s
+        out.append(_bar("deploy", elapsed, limit, f"{elapsed:.1f} s of {limit:.0f} s allowed"))
     if w is not None:
         watermark = snap.status.service.watermark
         old_window = swap.old_window_ms or 0
-        if watermark is not None and swap.state is SwapPhase.CUT:
+        if watermark is not None and wait is Wait.WATERMARK:
             start = w - old_window - settings.lateness.ms
             out.append(
                 _bar("service watermark -> W", watermark - start, w - start, f"{clock(watermark)} of {clock(w)}")

@@ -32,6 +32,7 @@ from hotswap.contract.models import (
 )
 from hotswap.contract.names import Keys
 from hotswap.contract.plans import DryRunRequest
+from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.settings import Settings
 from hotswap.contract.source import LEGACY_SOURCE, SourceSpec
 from hotswap.contract.windows import Windowing
@@ -43,11 +44,24 @@ from hotswap.executor.operator.dashboard import page
 from hotswap.executor.operator.history import history
 from hotswap.executor.operator.metrics import BatchDurations, metrics_registry
 from hotswap.executor.operator.observe import Rates, RateWindow, Snapshot, rates, take_snapshot
+from hotswap.executor.operator.render import render_history
 from hotswap.executor.operator.watch import WatchMemory, render_watch
 from hotswap.executor.operator.web import MonitorServer
 
 NS = "blue"
-PHASES = ["submitted", "validated", "deployed", "cut", "draining", "drained", "retired", "completed"]
+# Every phase of a swap that completes, as the phase table (contract/phases.py) orders them.
+PHASES = [
+    "submitted",
+    "validated",
+    "deploying",
+    "deployed",
+    "cut",
+    "draining",
+    "drained",
+    "retiring",
+    "retired",
+    "completed",
+]
 T = 1_700_000_000_000  # wall clock of the first phase
 
 
@@ -126,7 +140,7 @@ def server() -> fakeredis.FakeServer:
         from_query="b",
         source=source("c"),
         state=SwapPhase.DRAINING,
-        phases=phases(PHASES[:5], T + 60_000),
+        phases=phases(PHASES[:6], T + 58_000),
         cut_window_end=60_000,
         old_window_ms=30_000,
         new_window_ms=10_000,
@@ -152,9 +166,9 @@ def test_history_lists_swaps_newest_first_with_each_phases_duration(api: Client)
     entries = history(api.status(), now_ms=T + 70_000)
     assert [e.id for e in entries] == ["s2", "s1"]
     done = entries[1]
-    assert (done.state, done.ended, done.cut_window_end, done.seconds) == ("completed", True, 30_000, 14.0)
+    assert (done.state, done.ended, done.cut_window_end, done.seconds) == ("completed", True, 30_000, 18.0)
     assert [p.name for p in done.phases] == PHASES
-    assert [p.seconds for p in done.phases] == [2.0] * 7 + [None]
+    assert [p.seconds for p in done.phases] == [2.0] * 9 + [None]
     running = entries[0]
     assert (running.ended, running.ended_at) == (False, None)
     assert running.phases[-1].seconds == 2.0  # in `draining` since T + 68 s
@@ -202,7 +216,7 @@ def test_the_live_view_shows_the_swap_in_progress_with_progress_bars(api: Client
     out = Console(record=True, width=160, color_system=None)
     out.print(render_watch(snapshot(api), Rates(routed={"c": 50.0}, results=4.0), memory, api.settings))
     text = out.export_text()
-    for phase in PHASES[:5]:
+    for phase in PHASES[:6]:
         assert phase in text
     assert "swap s2 in progress: b -> c" in text
     assert "W = 00:01:00.000" in text
@@ -238,20 +252,86 @@ def test_rates_are_taken_over_a_window_of_snapshots(api: Client) -> None:
 def test_the_live_view_shows_the_deploy_against_its_timeout(server: fakeredis.FakeServer, api: Client) -> None:
     r = fakeredis.FakeRedis(server=server)
     deploying = SwapRecord(
-        id="s2", to_query="c", source=source("c"), state=SwapPhase.VALIDATED, phases=phases(PHASES[:2], T + 60_000)
+        id="s2", to_query="c", source=source("c"), state=SwapPhase.DEPLOYING, phases=phases(PHASES[:3], T + 60_000)
     )
     r.set(Keys(NS).swap("s2"), deploying.model_dump_json())
     out = Console(record=True, width=160, color_system=None)
-    out.print(render_watch(snapshot(api, at_ms=T + 62_000 + 30_000), Rates(), WatchMemory(), api.settings))
+    # In `deploying` since T + 64 s: the deploy is measured from there.
+    out.print(render_watch(snapshot(api, at_ms=T + 64_000 + 30_000), Rates(), WatchMemory(), api.settings))
     text = out.export_text()
     assert "deploy" in text
     assert "30.0 s of 120 s allowed" in text
 
 
+def stranded(server: fakeredis.FakeServer) -> None:
+    """Swap s2 (b -> c) stranded: c failed for good after the cut."""
+    r = fakeredis.FakeRedis(server=server)
+    swap = SwapRecord(
+        id="s2",
+        to_query="c",
+        from_query="b",
+        source=source("c"),
+        state=SwapPhase.STRANDED,
+        phases=phases([*PHASES[:5], "stranded"], T + 58_000),
+        cut_window_end=60_000,
+        old_window_ms=30_000,
+        new_window_ms=10_000,
+        error="query c kept failing after 3 restarts (poison row)",
+        reason_code=ReasonCode.QUERY_FAILED_AFTER_CUT,
+    )
+    r.set(Keys(NS).swap("s2"), swap.model_dump_json())
+
+
+def test_a_stranded_swap_shows_in_every_view_with_its_reason_code_and_the_way_out(
+    server: fakeredis.FakeServer, api: Client
+) -> None:
+    stranded(server)
+    snap = snapshot(api)
+    out = Console(record=True, width=200, color_system=None)
+    out.print(render_watch(snap, Rates(), WatchMemory(), api.settings))
+    text = out.export_text()
+    assert "swap s2 in progress: b -> c" in text  # nothing runs, but it waits for an operator
+    assert "stranded" in text
+    assert "error: query c kept failing after 3 restarts (poison row) [query_failed_after_cut]" in text
+    assert "`hotswap rollback s2` or `hotswap submit FILE --fix s2` to take over its input" in text
+    entry = history(api.status(), now_ms=T + 70_000)[0]
+    assert (entry.state, entry.ended, entry.reason_code) == ("stranded", False, "query_failed_after_cut")
+    lines = Console(record=True, width=200, color_system=None)
+    render_history([entry], lines)
+    assert "s2 b -> c: stranded (waits for a rollback or a fix)" in lines.export_text()
+    assert ">stranded<" in page(snap, Rates())
+    assert "[query_failed_after_cut]" in page(snap, Rates())
+    m = exposition(api)
+    assert m['hotswap_swaps_total{outcome="stranded"}'] == 1
+    assert m['hotswap_swap_phase{phase="stranded"}'] == 1
+    assert m['hotswap_swap_in_progress{from_query="b",swap_id="s2",to_query="c"}'] == 1
+
+
+def test_the_swap_in_progress_is_the_one_the_executor_drives(server: fakeredis.FakeServer, api: Client) -> None:
+    """A stranded swap's rollback (a recovery) is in progress, not the stranded swap before it."""
+    stranded(server)
+    r = fakeredis.FakeRedis(server=server)
+    back = SwapRecord(
+        id="s3",
+        to_query="b-2",
+        from_query="c",
+        source=source("b"),
+        state=SwapPhase.DEPLOYING,
+        phases=phases(PHASES[:3], T + 66_000),
+        rollback_of="s2",
+        recovers="s2",
+    )
+    r.set(Keys(NS).swap("s3"), back.model_dump_json())
+    r.rpush(Keys(NS).swaps, "s3")
+    active = snapshot(api).active_swap
+    assert active is not None
+    assert (active.id, active.recovers, active.is_recovery) == ("s3", "s2", True)
+
+
 # -- the dashboard ----------------------------------------------------------------------------------
 def test_the_dashboard_shows_the_query_the_timeline_with_w_and_the_owners(api: Client) -> None:
     html = page(snapshot(api), Rates())
-    for phase in PHASES:
+    for phase in PHASES:  # every phase of the table a swap went through, deploying and retiring too
         assert f">{phase}<" in html, phase
     assert "W = 00:00:30.000" in html
     assert "W = 00:01:00.000" in html
