@@ -20,12 +20,15 @@ from pathlib import Path
 import pytest
 import redis
 
+from hotswap.contract.journal import SwapPhase
 from hotswap.contract.names import Keys
+from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.settings import Settings
 from hotswap.executor.operator.client import Client
 from hotswap.executor.tools.generator import GeneratorSpec
 from tests.conftest import wait_until
 from tests.integration.harness import REPO, ExecutorProcess, committed_watermark, continuous_load, run_cli, settings_env
+from tests.integration.scenarios import PHASES
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -33,7 +36,6 @@ COUNT_10S = REPO / "examples" / "count_per_key.sql"
 MAX_30S = REPO / "examples" / "max_per_key_30s.sql"
 SCREENSHOT = REPO / "docs" / "dashboard.png"
 T0 = 1_700_000_000_000
-PHASES = ["submitted", "validated", "deployed", "cut", "draining", "drained", "retired", "completed"]
 # Chromium as root on this machine: no sandbox, and nothing that phones home (refused connections
 # otherwise fill its output and slow it down).
 CHROMIUM_FLAGS = (
@@ -184,17 +186,19 @@ def test_a_swap_shows_in_the_live_view_metrics_dashboard_and_history_and_prints_
             for noise in ("Traceback", " ERROR ", "Exception"):
                 assert noise not in console, f"{noise!r} in the executor's console:\n{console[-4000:]}"
 
-            # A query that fails on a live row: its own message, in one line, everywhere.
+            # A query that fails on a live row (so after its cut: the swap is stranded): its own message,
+            # in one line, everywhere.
             poison = tmp_path / "poisoned.sql"
             poison.write_text(POISON)
             failing = client.submit(poison)
-            failed = client.wait_for(failing.id, lambda r: r.state.is_terminal, 180, "failed")
+            failed = client.wait_for(failing.id, lambda r: r.state.is_settled, 180, "stranded")
+            assert (failed.state, failed.reason_code) == (SwapPhase.STRANDED, ReasonCode.QUERY_FAILED_AFTER_CUT)
             assert failed.error is not None
             assert "[USER_RAISED_EXCEPTION] poison row" in failed.error
             assert "\n" not in failed.error
             assert not any(w in failed.error for w in WRAPPERS), failed.error
             table = run_cli(settings, "status").stdout.splitlines()
-            assert f"swap {failing.id} {failed.state}: {failed.error}" in table
+            assert f"swap {failing.id} {failed.state}: {failed.error} [{failed.reason_code}]" in table
             listed = json.loads(run_cli(settings, "history", "--json", "--limit", "1").stdout)
             assert listed[0]["id"] == failing.id
             assert "[USER_RAISED_EXCEPTION] poison row" in listed[0]["error"]
