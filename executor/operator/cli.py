@@ -154,13 +154,21 @@ def submit(
         str | None,
         typer.Option(help="Fix forward the swap with this id, whose new query failed for good after its cut."),
     ] = None,
+    auto_rollback: Annotated[
+        bool,
+        typer.Option(
+            "--auto-rollback",
+            help="Roll back on its own if the new query fails for good after its cut (or over the error budget "
+            "HOTSWAP_ROLLBACK_FAILURES within HOTSWAP_ROLLBACK_WINDOW).",
+        ),
+    ] = False,
     namespace: NamespaceOpt = None,
 ) -> None:
     """Submit a replacement query. Prints the swap id; a rejected query prints the reason."""
     from hotswap.executor.operator.client import Client
 
     client = Client(ctx.obj.settings(namespace=namespace))
-    swap = client.submit(file, name, fix=fix)
+    swap = client.submit(file, name, fix=fix, auto_rollback=auto_rollback)
     typer.echo(swap.id)
     if wait:
         done = client.wait_until_done(swap.id, timeout)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -39,6 +38,7 @@ from hotswap.contract.status import (
     SwapStatus,
 )
 from hotswap.execution_graph.source import load_query_source
+from hotswap.executor.control.recovery import new_swap_id, rollback_swap
 from hotswap.executor.control.waits import start_blocker, waiting_for
 from hotswap.executor.errors import ExecutorError, SubmitRejected, SwapFailed
 
@@ -86,17 +86,26 @@ class Client:
         self.journal = Journal(self._redis, self._keys)
 
     def submit(
-        self, path: Path, name: str | None = None, validation_timeout_s: float = 120.0, fix: str | None = None
+        self,
+        path: Path,
+        name: str | None = None,
+        validation_timeout_s: float = 120.0,
+        fix: str | None = None,
+        auto_rollback: bool = False,
     ) -> SwapRecord:
         """Queue a swap and return once the executor has validated it; raises SubmitRejected.
 
         With `fix`, the id of a swap whose new query failed for good after its cut, the query fixes
         it forward: it takes over the failed query's buffer for every window that query did not emit.
+        With `auto_rollback`, the executor rolls the swap back itself if its new query fails for good
+        after the cut (README, "Automatic rollback").
         """
         source = load_query_source(path, name)
         if fix is not None:
             self._to_take_over(fix, "fixed forward")
-        swap = SwapRecord(id=uuid.uuid4().hex[:10], to_query=source.name, source=source, recovers=fix)
+        swap = SwapRecord(
+            id=new_swap_id(), to_query=source.name, source=source, recovers=fix, auto_rollback=auto_rollback
+        )
         return self._queue(swap, validation_timeout_s)
 
     def _to_take_over(self, swap_id: str, what: str) -> SwapRecord:
@@ -149,14 +158,7 @@ class Client:
         previous = read_graphs_named(self._redis, self._keys, [swap.from_query]).get(swap.from_query)
         if previous is None:
             raise ExecutorError(f"the journal has no record of query {swap.from_query}; submit its file instead")
-        back = SwapRecord(
-            id=uuid.uuid4().hex[:10],
-            to_query=previous.source.name,
-            source=previous.source,
-            rollback_of=swap_id,
-            recovers=recovers,
-        )
-        return self._queue(back, validation_timeout_s)
+        return self._queue(rollback_swap(swap, previous, takes_over=recovers is not None), validation_timeout_s)
 
     def _queue(self, swap: SwapRecord, validation_timeout_s: float) -> SwapRecord:
         """Add a swap to the journal and return once the executor has validated it."""
@@ -310,6 +312,8 @@ def _swap_status(swap: SwapRecord, waiting: str | None, swaps: list[SwapRecord])
         reason_code=swap.reason_code,
         waiting_for=waiting,
         rollback_of=swap.rollback_of,
+        auto_rollback=swap.auto_rollback,
+        cause=swap.cause,
         note=note,
     )
 

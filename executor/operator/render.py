@@ -53,7 +53,10 @@ def render_status(doc: Status) -> None:
             s.state,
             iso(s.cut_window_end),
             " > ".join(p.name for p in s.phases),
-            (f"{s.reason_code}: {s.error}" if s.reason_code else s.error) or s.waiting_for or s.note or "",
+            (f"{s.reason_code}: {s.error}" if s.reason_code else s.error)
+            or " ".join(filter(None, (s.cause, s.waiting_for)))
+            or s.note
+            or "",
         )
     console.print(swaps)
     owners = " | ".join(

@@ -141,6 +141,8 @@ def test_status_json_keeps_the_documented_field_names(
         "reason_code",
         "waiting_for",
         "rollback_of",
+        "auto_rollback",
+        "cause",
         "note",
     }
     assert doc["swaps"][0]["phases"][0]["name"] == "submitted"
