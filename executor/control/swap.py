@@ -419,6 +419,7 @@ class SwapProtocol:
             )
             if swap is None:
                 log.error("query failed", query_id=record.query_id, error=message)
+                self._roll_back_completed(record, swaps, failure)
                 continue
             current = CurrentQuery(query_id=record.query_id, started_at=record.started_at or now_ms())
             back = self._automatic_rollback(swap, swaps, failure)
@@ -436,6 +437,20 @@ class SwapProtocol:
                 log.error("swap stranded after its cut", swap_id=swap.id, query_id=record.query_id, error=message)
                 if back is not None:
                     self._log(back).warning("automatic rollback queued", rolls_back=swap.id, cause=back.cause)
+
+    def _roll_back_completed(self, record: GraphRecord, swaps: list[SwapRecord], failure: str) -> None:
+        """A query serving since its swap completed, failed for good: a swap with auto-rollback is
+        rolled back now, the swap back taking over its buffer (as `hotswap rollback` would)."""
+        current = self._graphs.current()
+        done = next((s for s in reversed(swaps) if s.to_query == record.query_id), None)
+        if done is None or done.state is not SwapPhase.COMPLETED or current is None:
+            return
+        if current.query_id != record.query_id:
+            return
+        back = self._automatic_rollback(done, swaps, failure)
+        if back is not None:
+            self._journal.create(back)
+            self._log(back).warning("automatic rollback queued", rolls_back=done.id, cause=back.cause)
 
     def _rolls_back_itself(self, swap: SwapRecord) -> bool:
         """Submitted with --auto-rollback, or the namespace's default says so; never a rollback itself

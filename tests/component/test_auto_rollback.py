@@ -157,3 +157,20 @@ def test_a_rollback_is_never_rolled_back_itself(settings: Settings) -> None:
     fail_for_good(world, "a-2")
     assert world.state("back") is SwapPhase.STRANDED
     assert not any(s.rollback_of == "back" for s in world.journal.all())
+
+
+def test_a_query_that_fails_for_good_after_its_swap_completed_is_rolled_back_too(world: World) -> None:
+    forward = cut_with_auto_rollback(world)
+    world.emitted_through("a", W)
+    for _ in range(6):
+        world.protocol.step()
+    assert world.state(forward) is SwapPhase.COMPLETED
+    fail_for_good(world, "b")
+    back = rollback_of(world, forward)
+    assert back.recovers == forward  # takes over b's buffer from where b stopped
+    assert back.cause is not None
+    assert back.cause.startswith(f"automatic rollback of swap {forward}:")
+    for _ in range(8):
+        world.protocol.step()
+    assert world.state(back.id) is SwapPhase.COMPLETED
+    assert world.state(forward) is SwapPhase.ROLLED_BACK
