@@ -221,6 +221,7 @@ def test_a_query_failing_on_a_live_row_after_its_cut_is_rolled_back_on_its_own(
         wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
         poisoned = client.submit(fails_on_rows(tmp_path, "poisoned"), auto_rollback=True)
         back = wait_until(lambda: rolled_back(poisoned.id), 180, "the automatic rollback")
+        assert back is not None
         done = client.wait_until_done(back.id, 180)
         final = done.to_query
         wait_until(lambda: committed_watermark(client, final) >= int(done.cut_window_end or 0) + 30_000, 120, "after")
