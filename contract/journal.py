@@ -84,6 +84,10 @@ class SwapRecord(Record):
     # query's buffer (its topic) for every window it did not emit. Its cut is decided by the executor,
     # where the failed query stopped, not by the service graph.
     recovers: str | None = None
+    # Roll back on its own if its new query fails for good after the cut (`submit --auto-rollback`).
+    auto_rollback: bool = False
+    # Why the executor queued this swap itself (an automatic rollback), in one line; None if an operator did.
+    cause: str | None = None
 
     @property
     def is_recovery(self) -> bool:
@@ -143,6 +147,8 @@ class Also:
     relabel: tuple[str, SwapPhase] | None = None
     # More commands of the same write (for example the service graph's routing plan and state with a cut).
     queue: Callable[[Batch], object] | None = None
+    # A swap created in the same write (an automatic rollback, queued as its swap is stranded).
+    creates: SwapRecord | None = None
 
 
 class Journal:
@@ -179,16 +185,21 @@ class Journal:
 
     # -- writes ----------------------------------------------------------------------------
     def create(self, record: SwapRecord) -> SwapRecord:
+        batch = Batch()
+        first = self._creating(batch, record)
+        if not write(self._redis, self._fence, batch):
+            raise HotswapError(f"swap {record.id} already exists in namespace {self._keys.namespace!r}")
+        return first
+
+    def _creating(self, batch: Batch, record: SwapRecord) -> SwapRecord:
+        """Adds a new swap, `submitted`, to a write (which fails if the id is taken)."""
         first = record.changed(phases=(PhaseEntry(name=SwapPhase.SUBMITTED, at=now_ms()),))
-        batch = (
-            Batch()
-            .expect(self._keys.swap(record.id), None)
+        (
+            batch.expect(self._keys.swap(record.id), None)
             .set(self._keys.swap(record.id), first.model_dump_json())
             .rpush(self._keys.swaps, record.id)
             .rpush(self._keys.open_swaps, record.id)
         )
-        if not write(self._redis, self._fence, batch):
-            raise HotswapError(f"swap {record.id} already exists in namespace {self._keys.namespace!r}")
         return first
 
     def advance(
@@ -270,6 +281,8 @@ class Journal:
                 batch.set(self._keys.current, also.current.model_dump_json())
             if also.queue is not None:
                 also.queue(batch)
+            if also.creates is not None:
+                self._creating(batch, also.creates)
             if write(self._redis, self._fence, batch):
                 return updated
             raw = self._raw(swap_id)

@@ -4,7 +4,7 @@ streaming query politely, and the restart budget of a failed one."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
@@ -55,6 +55,7 @@ class RestartBudget:
     attempts: int = 0
     failed_at: float | None = None
     restarted_at: float = 0.0
+    failures: list[float] = field(default_factory=list)  # when each failure was first seen (monotonic s)
 
     def healthy(self, now: float) -> None:
         if self.attempts and now - self.restarted_at > HEALTHY_RESET_S:
@@ -69,7 +70,13 @@ class RestartBudget:
         if self.failed_at is not None:
             return False
         self.failed_at = now
+        self.failures.append(now)
         return True
+
+    def failures_within(self, span_s: float, now: float) -> int:
+        """How many failures were first seen in the last `span_s` seconds."""
+        self.failures = [at for at in self.failures if now - at <= span_s]
+        return len(self.failures)
 
     def restart_due(self, now: float) -> bool:
         """True once the back-off for this attempt has passed; the attempt is then counted."""

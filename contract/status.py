@@ -93,6 +93,14 @@ class SwapStatus(StatusPart):
         default=None,
         description="The stranded swap whose input this one takes over (a rollback or fix forward of it).",
     )
+    auto_rollback: bool = Field(
+        default=False,
+        description="Submitted with --auto-rollback: rolls back on its own if its new query fails "
+        "for good after its cut.",
+    )
+    cause: str | None = Field(
+        default=None, description="Why the executor queued this swap itself (an automatic rollback), in one line."
+    )
     note: str | None = Field(
         description="For a rolled-back or fixed-forward swap: which windows kept its results, and who answers "
         "after them."

@@ -57,6 +57,8 @@ class Graphs:
         # The namespace's resolved source (set when the executor starts): what a query reads unless
         # it or its predecessor declares its own schema.
         self.namespace_source: SourceSpec = LEGACY_SOURCE
+        # Queries under an automatic rollback's error budget: (failures allowed, within seconds).
+        self._error_budgets: dict[str, tuple[int, float]] = {}
 
     # -- records ---------------------------------------------------------------------------
     def records(self) -> dict[str, GraphRecord]:
@@ -170,10 +172,11 @@ class Graphs:
     def supervise(self) -> list[tuple[GraphRecord, str]]:
         """Restart dead graph queries from their checkpoints, with doubling back-off.
 
-        Returns the graphs whose restart budget is spent, with the last failure; they are marked
+        Returns the graphs that failed for good, with the last failure: their restarts are spent, or
+        they failed more often than an automatic rollback's error budget allows. They are marked
         failed and no longer restarted (an executor restart tries them again).
         """
-        exhausted: list[tuple[GraphRecord, str]] = []
+        failed: list[tuple[GraphRecord, str]] = []
         now = self._clock()
         for query_id in self.runner.query_ids():
             failure = self.runner.failure(query_id)
@@ -186,19 +189,38 @@ class Graphs:
             record = self.get(query_id)
             if record is None:
                 continue
-            if restarts.exhausted:
-                log.error(
-                    "execution graph failed for good", query_id=query_id, attempts=restarts.attempts, error=failure
-                )
+            new_failure = restarts.first_seen(now)
+            over_budget = self._over_error_budget(query_id, restarts, now) if new_failure else None
+            if restarts.exhausted or over_budget:
+                why = f"{failure}; {over_budget}" if over_budget else failure
+                log.error("execution graph failed for good", query_id=query_id, attempts=restarts.attempts, error=why)
                 self.runner.stop(query_id)
                 self.save(record.changed(state=GraphState.FAILED))
-                exhausted.append((record, failure))
+                failed.append((record, why))
                 continue
-            if restarts.first_seen(now):
+            if new_failure:
                 log.warning("execution graph failed; restarting from its checkpoint", query_id=query_id, error=failure)
             if restarts.restart_due(now):
                 self.runner.restart(record, self._writer(record))
-        return exhausted
+        return failed
+
+    def hold_to_error_budgets(self, budgets: dict[str, tuple[int, float]]) -> None:
+        """The queries under an automatic rollback's error budget now: each fails for good at its
+        failure number `allowed + 1` within `span_s` seconds, whatever restarts it has left."""
+        self._error_budgets = budgets
+
+    def under_error_budget(self, query_id: str) -> bool:
+        return query_id in self._error_budgets
+
+    def _over_error_budget(self, query_id: str, restarts: RestartBudget, now: float) -> str | None:
+        budget = self._error_budgets.get(query_id)
+        if budget is None:
+            return None
+        allowed, span_s = budget
+        seen = restarts.failures_within(span_s, now)
+        if seen <= allowed:
+            return None
+        return f"{seen} failures within {span_s:g}s, over auto-rollback's error budget of {allowed}"
 
     def _writer(self, record: GraphRecord) -> ResultWriter:
         fence = self._fence

@@ -244,6 +244,14 @@ def submit(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the swap record (or the dry run's plan) as JSON.")
     ] = False,
+    auto_rollback: Annotated[
+        bool,
+        typer.Option(
+            "--auto-rollback",
+            help="Roll back on its own if the new query fails for good after its cut (or over the error budget "
+            "HOTSWAP_ROLLBACK_FAILURES within HOTSWAP_ROLLBACK_WINDOW).",
+        ),
+    ] = False,
     namespace: NamespaceOpt = None,
 ) -> None:
     """Submit a replacement query. Prints the swap id; a rejected query prints the reason.
@@ -265,7 +273,9 @@ def submit(
             typer.echo(f"hotswap: rejected: {plan.reason}", err=True)
             raise typer.Exit(1)
         return
-    swap = client.submit(file, name, fix=fix, source_schema=source_schema, avro_schema=avro_schema)
+    swap = client.submit(
+        file, name, fix=fix, source_schema=source_schema, avro_schema=avro_schema, auto_rollback=auto_rollback
+    )
     if not as_json:
         typer.echo(swap.id)
     if wait:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -50,6 +49,7 @@ from hotswap.contract.status import (
 )
 from hotswap.contract.windows import Windowing
 from hotswap.execution_graph.source import load_query_source
+from hotswap.executor.control.recovery import new_swap_id, rollback_swap
 from hotswap.executor.control.waits import start_blocker, waiting_for
 from hotswap.executor.errors import ExecutorError, SubmitRejected, SwapFailed
 
@@ -104,6 +104,7 @@ class Client:
         fix: str | None = None,
         source_schema: str | None = None,
         avro_schema: Path | None = None,
+        auto_rollback: bool = False,
     ) -> SwapRecord:
         """Queue a swap and return once the executor has validated it; raises SubmitRejected.
 
@@ -111,11 +112,15 @@ class Client:
         it forward: it takes over the failed query's buffer for every window that query did not emit.
         `source_schema` (DDL) or `avro_schema` (an .avsc file) declare the schema this version reads;
         without them it reads the schema of the query it replaces.
+        With `auto_rollback`, the executor rolls the swap back itself if its new query fails for good
+        after the cut (README, "Automatic rollback").
         """
         source = _declared_source(path, name, source_schema, avro_schema)
         if fix is not None:
             self._to_take_over(fix, "fixed forward")
-        swap = SwapRecord(id=uuid.uuid4().hex[:10], to_query=source.name, source=source, recovers=fix)
+        swap = SwapRecord(
+            id=new_swap_id(), to_query=source.name, source=source, recovers=fix, auto_rollback=auto_rollback
+        )
         return self._queue(swap, validation_timeout_s)
 
     def _to_take_over(self, swap_id: str, what: str) -> SwapRecord:
@@ -168,14 +173,7 @@ class Client:
         previous = read_graphs_named(self._redis, self._keys, [swap.from_query]).get(swap.from_query)
         if previous is None:
             raise ExecutorError(f"the journal has no record of query {swap.from_query}; submit its file instead")
-        back = SwapRecord(
-            id=uuid.uuid4().hex[:10],
-            to_query=previous.source.name,
-            source=previous.source,
-            rollback_of=swap_id,
-            recovers=recovers,
-        )
-        return self._queue(back, validation_timeout_s)
+        return self._queue(rollback_swap(swap, previous, takes_over=recovers is not None), validation_timeout_s)
 
     def _queue(self, swap: SwapRecord, validation_timeout_s: float) -> SwapRecord:
         """Add a swap to the journal and return once the executor has validated it."""
@@ -325,7 +323,7 @@ class Client:
                 f"no executor is running on namespace {self.settings.namespace!r}; a dry run needs one "
                 "(it validates with Spark): start it with `hotswap run`"
             )
-        request = DryRunRequest(id=uuid.uuid4().hex[:10], source=source)
+        request = DryRunRequest(id=new_swap_id(), source=source)
         pipe = self._redis.pipeline(transaction=True)
         pipe.set(self._keys.dry_run(request.id), request.model_dump_json(), ex=DRY_RUN_TTL_S)
         pipe.lpush(self._keys.dry_runs, request.id)
@@ -382,6 +380,8 @@ def _swap_status(swap: SwapRecord, waiting: str | None, swaps: list[SwapRecord])
         waiting_for=waiting,
         rollback_of=swap.rollback_of,
         recovers=swap.recovers,
+        auto_rollback=swap.auto_rollback,
+        cause=swap.cause,
         note=note,
     )
 

@@ -57,7 +57,7 @@ def render_status(doc: Status) -> None:
             s.state,
             iso(s.cut_window_end),
             " > ".join(p.name for p in s.phases),
-            s.waiting_for or s.note or ("see below" if s.error else ""),
+            " ".join(filter(None, (s.cause, s.waiting_for))) or s.note or ("see below" if s.error else ""),
         )
     console.print(swaps)
     # A failure's reason is one line with its root cause: printed whole, never wrapped in a column.

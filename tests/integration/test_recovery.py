@@ -205,3 +205,40 @@ def test_a_query_failing_for_good_after_its_cut_is_rolled_back_and_then_fixed_fo
     ]
     # Every window after each W is answered once: by whoever took over the failed query's buffer.
     assert_invariants(read_results(settings), truth.on_time, versions, cuts, truth.closed_until)
+
+
+def test_a_query_failing_on_a_live_row_after_its_cut_is_rolled_back_on_its_own(
+    settings: Settings, spark: SparkSession, client: Client, tmp_path: Path
+) -> None:
+    """`submit --auto-rollback`: a poison row after the cut, and nobody types `hotswap rollback`."""
+    spec = GeneratorSpec(rate=300, keys=3, seed=61, disorder_ms=300, time_scale=10, start_ts=T0)
+    failing_fast = changed(settings, query_restarts=1, query_restart_backoff="1s")
+
+    def rolled_back(swap_id: str) -> SwapRecord | None:
+        return next((s for s in client.journal.all() if s.rollback_of == swap_id), None)
+
+    with executor_running(failing_fast, spark, COUNT_10S), continuous_load(settings, spec) as load:
+        wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
+        poisoned = client.submit(fails_on_rows(tmp_path, "poisoned"), auto_rollback=True)
+        back = wait_until(lambda: rolled_back(poisoned.id), 180, "the automatic rollback")
+        assert back is not None
+        done = client.wait_until_done(back.id, 180)
+        final = done.to_query
+        wait_until(lambda: committed_watermark(client, final) >= int(done.cut_window_end or 0) + 30_000, 120, "after")
+        load.stop()
+        truth = settle(settings, lambda: committed_watermark(client, final))
+    undone = client.journal.get(poisoned.id)
+    assert undone.state is SwapPhase.ROLLED_BACK
+    assert undone.cut_window_end is not None
+    assert done.recovers == poisoned.id  # it took over the poisoned query's buffer
+    assert done.cause is not None
+    assert done.cause.startswith(f"automatic rollback of swap {poisoned.id}: query poisoned")
+    assert "model server unreachable" in done.cause
+    assert "\n" not in done.cause
+    cuts = [truth.cut(client.journal.get(s.id)) for s in (poisoned, done)]
+    versions = [
+        Version("count_per_key", 10_000, count_and_total),
+        Version("poisoned", 10_000, count_and_total),
+        Version(final, 10_000, count_and_total),
+    ]
+    assert_invariants(read_results(settings), truth.on_time, versions, cuts, truth.closed_until)

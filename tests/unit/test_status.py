@@ -145,6 +145,8 @@ def test_status_json_keeps_the_documented_field_names(
         "waiting_for",
         "rollback_of",
         "recovers",
+        "auto_rollback",
+        "cause",
         "note",
     }
     assert doc["swaps"][0]["phases"][0]["name"] == "submitted"
