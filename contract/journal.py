@@ -84,6 +84,11 @@ class SwapRecord(Record):
     # query's buffer (its topic) for every window it did not emit. Its cut is decided by the executor,
     # where the failed query stopped, not by the service graph.
     recovers: str | None = None
+    # A shadow (`submit --shadow`): from S (`shadow_since`, a boundary of its windows) on it receives
+    # every row beside the current query, and writes its results to its own topic until promoted.
+    shadow: bool = False
+    shadow_since: int | None = None
+    promote: bool = False  # `hotswap promote`: the service graph cuts to the shadow at its next batch or tick
     # Roll back on its own if its new query fails for good after the cut (`submit --auto-rollback`).
     auto_rollback: bool = False
     # Why the executor queued this swap itself (an automatic rollback), in one line; None if an operator did.
@@ -235,11 +240,33 @@ class Journal:
         return self.advance(
             swap_id,
             SwapPhase.CUT,
-            when=lambda record: record.state is SwapPhase.DEPLOYED,
+            when=lambda record: (
+                record.state is SwapPhase.DEPLOYED or (record.state is SwapPhase.SHADOWING and record.promote)
+            ),
             cut_window_end=boundary,
             cut_batch=batch_id,
             **changes,
         )
+
+    def record_shadow_start(self, swap_id: str | SwapRecord, since: int) -> SwapRecord | None:
+        """The service graph's start of a shadow: S, recorded before the batch it applies to, only
+        while the swap is still `deployed` (an abort that got there first wins; then None)."""
+        return self.advance(
+            swap_id,
+            SwapPhase.SHADOWING,
+            when=lambda record: record.state is SwapPhase.DEPLOYED and record.shadow,
+            shadow_since=since,
+        )
+
+    def request_promotion(self, swap_id: str) -> SwapRecord | None:
+        """`hotswap promote`: mark a shadow in `shadowing` for its cut; None if it is not one (any more)."""
+
+        def change(record: SwapRecord) -> SwapRecord | None:
+            if not (record.shadow and record.state is SwapPhase.SHADOWING):
+                return None
+            return record.changed(promote=True)
+
+        return self._compare_and_set(swap_id, change, Also())
 
     def record_draining(self, swap_id: str | SwapRecord, **changes: Any) -> SwapRecord | None:
         """The service watermark passed W; None if another writer recorded it first."""

@@ -52,6 +52,7 @@ from hotswap.service_graph.routing import (
     graph_markers,
     plan_batch,
     routing_swap,
+    shadowing_swap,
     time_jump_limit,
 )
 
@@ -228,15 +229,25 @@ class ServiceGraph:
     ) -> RoutingPlan:
         graphs = self._graphs()
         current = self._current(graphs)
-        return plan_batch(batch_id, state, current, routing_swap(swaps), graphs, ahead_after=ahead_after)
+        return plan_batch(
+            batch_id, state, current, routing_swap(swaps), graphs, ahead_after=ahead_after, shadow=shadowing_swap(swaps)
+        )
 
     @staticmethod
     def _cut_due(swap: SwapRecord) -> bool:
-        """A deployed swap waits for its cut, except a recovery, whose cut the executor records."""
+        """A deployed swap waits for its cut (a shadow for its start S), except a recovery, whose cut
+        the executor records; a shadow waits for its promotion."""
+        if swap.state is SwapPhase.SHADOWING:
+            return swap.promote
         return swap.state is SwapPhase.DEPLOYED and swap.recovers is None
 
     def _take_cut(self, swap: SwapRecord, state: ServiceState, batch_id: int) -> SwapRecord | None:
         boundary = decide_cut(state, swap)
+        if swap.shadow and swap.state is SwapPhase.DEPLOYED:
+            started = self._journal.record_shadow_start(swap.id, boundary)
+            if started is not None:
+                log.info("shadow started", swap_id=swap.id, shadow_since=boundary, max_window_end=state.max_window_end)
+            return started
         cut = self._journal.record_cut(swap.id, boundary, batch_id)
         if cut is not None:
             crash_point("after:cut")

@@ -127,8 +127,13 @@ class Graphs:
         The topic has one partition: rows and the watermark markers after them stay in the order
         the service graph wrote them, so the graph never reads a marker before rows it covers.
         """
-        self._topics.ensure(record.topic, GRAPH_TOPIC_PARTITIONS)
+        self._ensure_topics(record)
         self.runner.begin(record, self._writer(record))
+
+    def _ensure_topics(self, record: GraphRecord) -> None:
+        self._topics.ensure(record.topic, GRAPH_TOPIC_PARTITIONS)
+        if record.shadow_results_topic is not None:
+            self._topics.ensure(record.shadow_results_topic, 1)
 
     def ready(self, query_id: str) -> bool:
         """Whether the graph's query runs yet; raises GraphStartFailed if it will not."""
@@ -166,7 +171,7 @@ class Graphs:
         """Start again, from its checkpoint, a graph that ran when the executor stopped (its readiness
         is not waited for: a query that dies is restarted by `supervise`)."""
         log.info("resuming execution graph", query_id=record.query_id, state=record.state)
-        self._topics.ensure(record.topic, GRAPH_TOPIC_PARTITIONS)
+        self._ensure_topics(record)
         self.runner.start(record, self._writer(record))
 
     def supervise(self) -> list[tuple[GraphRecord, str]]:
@@ -234,6 +239,7 @@ class Graphs:
             check,
             owned=lambda: read_owned_windows(self._redis, self._keys, record),
             key_window_end=record.windowing.sliding,
+            unowned_topic=record.shadow_results_topic,
         )
 
     def stop(self, query_id: str) -> None:

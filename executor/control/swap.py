@@ -84,6 +84,8 @@ class SwapProtocol:
             Wait.TURN: self._start_turn,
             Wait.GRAPH_START: self._await_start,
             Wait.CUT: self._await_cut,
+            Wait.SHADOW_START: self._await_cut,
+            Wait.PROMOTION: self._await_promotion,
             Wait.STOP_POINT: self._record_stop_point,
             Wait.WATERMARK: self._await_watermark,
             Wait.NOTHING_TO_DRAIN: self._skip_drain,
@@ -98,7 +100,7 @@ class SwapProtocol:
         active = active_swap(swaps)
         self._hold_to_error_budget(active)
         if active is not None:
-            wait = active.state.waits_for(recovery=active.is_recovery)
+            wait = active.state.waits_for(recovery=active.is_recovery, shadow=active.shadow)
             assert wait is not None, active.state
             self.handlers[wait](active, swaps)
         self._clean_up(swaps)
@@ -285,6 +287,20 @@ class SwapProtocol:
                 ReasonCode.QUERY_FAILED_BEFORE_CUT,
             )
         return failure is not None
+
+    def _await_promotion(self, swap: SwapRecord, swaps: list[SwapRecord]) -> None:
+        """A shadow runs beside the current query until an operator promotes or aborts it; once
+        promoted, the service graph cuts to it at its next batch or tick, within cut_timeout."""
+        if self._failed_before_cut(swap) or not swap.promote:
+            return
+        waited = self._clock() - self._cut_awaited.setdefault(f"{swap.id}:promote", self._clock())
+        if waited > self._settings.cut_timeout.s:
+            self._fail(
+                swap,
+                f"promoted, but no cut within {self._settings.cut_timeout} (cut_timeout): the service graph routed "
+                f"no batch; check that events reach topic {self._settings.source_topic}, then resubmit",
+                ReasonCode.CUT_TIMEOUT,
+            )
 
     def _await_cut(self, swap: SwapRecord, swaps: list[SwapRecord]) -> None:
         """The service graph takes the cut; the executor watches the new query and the deadline."""
@@ -496,6 +512,7 @@ class SwapProtocol:
         for swap_id in self._open_ids - open_ids:
             self._deploy_began.pop(swap_id, None)
             self._cut_awaited.pop(swap_id, None)
+            self._cut_awaited.pop(f"{swap_id}:promote", None)
             ended = self._journal.find(swap_id)
             if ended is not None and ended.state.is_terminal and not ended.state.is_done:
                 self._remove_graph_of(ended)

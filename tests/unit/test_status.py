@@ -147,6 +147,10 @@ def test_status_json_keeps_the_documented_field_names(
         "recovers",
         "auto_rollback",
         "cause",
+        "shadow",
+        "shadow_since",
+        "promote",
+        "diff",
         "note",
     }
     assert doc["swaps"][0]["phases"][0]["name"] == "submitted"
