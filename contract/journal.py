@@ -88,6 +88,7 @@ class SwapRecord(Record):
     # every row beside the current query, and writes its results to its own topic until promoted.
     shadow: bool = False
     shadow_since: int | None = None
+    shadow_batch: int | None = None  # the service-graph batch S first applied to (as cut_batch for W)
     promote: bool = False  # `hotswap promote`: the service graph cuts to the shadow at its next batch or tick
     # Roll back on its own if its new query fails for good after the cut (`submit --auto-rollback`).
     auto_rollback: bool = False
@@ -248,7 +249,7 @@ class Journal:
             **changes,
         )
 
-    def record_shadow_start(self, swap_id: str | SwapRecord, since: int) -> SwapRecord | None:
+    def record_shadow_start(self, swap_id: str | SwapRecord, since: int, batch_id: int) -> SwapRecord | None:
         """The service graph's start of a shadow: S, recorded before the batch it applies to, only
         while the swap is still `deployed` (an abort that got there first wins; then None)."""
         return self.advance(
@@ -256,6 +257,7 @@ class Journal:
             SwapPhase.SHADOWING,
             when=lambda record: record.state is SwapPhase.DEPLOYED and record.shadow,
             shadow_since=since,
+            shadow_batch=batch_id,
         )
 
     def request_promotion(self, swap_id: str) -> SwapRecord | None:

@@ -244,7 +244,7 @@ class ServiceGraph:
     def _take_cut(self, swap: SwapRecord, state: ServiceState, batch_id: int) -> SwapRecord | None:
         boundary = decide_cut(state, swap)
         if swap.shadow and swap.state is SwapPhase.DEPLOYED:
-            started = self._journal.record_shadow_start(swap.id, boundary)
+            started = self._journal.record_shadow_start(swap.id, boundary, batch_id)
             if started is not None:
                 log.info("shadow started", swap_id=swap.id, shadow_since=boundary, max_window_end=state.max_window_end)
             return started
