@@ -90,6 +90,7 @@ class SwapRecord(Record):
     shadow_since: int | None = None
     shadow_batch: int | None = None  # the service-graph batch S first applied to (as cut_batch for W)
     promote: bool = False  # `hotswap promote`: the service graph cuts to the shadow at its next batch or tick
+    promoted_at: int | None = None  # when `hotswap promote` was asked (epoch ms)
     # Roll back on its own if its new query fails for good after the cut (`submit --auto-rollback`).
     auto_rollback: bool = False
     # Why the executor queued this swap itself (an automatic rollback), in one line; None if an operator did.
@@ -266,7 +267,7 @@ class Journal:
         def change(record: SwapRecord) -> SwapRecord | None:
             if not (record.shadow and record.state is SwapPhase.SHADOWING):
                 return None
-            return record.changed(promote=True)
+            return record.changed(promote=True, promoted_at=now_ms())
 
         return self._compare_and_set(swap_id, change, Also())
 
