@@ -29,6 +29,7 @@ from pyspark.sql import types as T
 from pyspark.sql.streaming.query import StreamingQuery
 
 from hotswap.contract import stages
+from hotswap.contract.causes import is_checkpoint_conflict, root_cause
 from hotswap.contract.faults import crash_point
 from hotswap.contract.fence import Batch, Fence, fenced_write
 from hotswap.contract.journal import Journal, SwapPhase, SwapRecord, active_swap
@@ -125,7 +126,16 @@ class ServiceGraph:
             self._restarts.healthy(now)
             return
         failure = query.exception()
-        reason = str(failure).strip().splitlines()[0] if failure is not None else "it stopped"
+        reason = root_cause(failure) if failure is not None else "it stopped"
+        if is_checkpoint_conflict(str(failure)) and self._restarts.forgives_conflict(
+            now, self._settings.retry_deadline.s
+        ):
+            # A stalled predecessor's Spark still writes the checkpoint: retry, uncounted (see Graphs.supervise).
+            if self._restarts.first_seen(now):
+                log.warning("service graph's checkpoint is still written by another executor's Spark; retrying")
+            if self._restarts.retry_due(now):
+                self.start()
+            return
         if self._restarts.exhausted:
             raise ServiceGraphError(
                 f"the service graph failed {self._restarts.attempts + 1} times ({reason}); fix the cause and "

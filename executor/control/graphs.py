@@ -14,6 +14,7 @@ import redis
 import structlog
 from pyspark.sql import SparkSession
 
+from hotswap.contract.causes import is_checkpoint_conflict
 from hotswap.contract.errors import TimeoutExpired
 from hotswap.contract.fence import Batch, Fence, fenced_write
 from hotswap.contract.lifecycle import RestartBudget
@@ -193,6 +194,18 @@ class Graphs:
                 continue
             record = self.get(query_id)
             if record is None:
+                continue
+            if is_checkpoint_conflict(failure) and restarts.forgives_conflict(now, self._settings.retry_deadline.s):
+                # A stalled predecessor's Spark still writes this checkpoint: retry, uncounted, until
+                # its queries stop (it exits once it wakes without its lease) or retry_deadline passes.
+                if restarts.first_seen(now):
+                    log.warning(
+                        "execution graph's checkpoint is still written by another executor's Spark; retrying",
+                        query_id=query_id,
+                        error=failure,
+                    )
+                if restarts.retry_due(now):
+                    self.runner.restart(record, self._writer(record))
                 continue
             new_failure = restarts.first_seen(now)
             over_budget = self._over_error_budget(query_id, restarts, now) if new_failure else None
