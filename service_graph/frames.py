@@ -13,8 +13,12 @@ takes Kafka off `spark.sql.sources.useV1SourceList` (executor/control/spark_sess
 The batch's own numbers (the watermark rows are late behind, the time-jump limit, each destination's
 event-time range) are not written into the SQL as literals: Spark inlines a long literal into the
 Java code it generates, so every batch would compile its code anew (about 180 ms a batch, measured).
-They come from a one-row table joined to the batch by broadcast, so the generated code is the same
-from batch to batch and Spark's code cache serves it.
+Each is read instead through `java_method('java.lang.Long', 'valueOf', '<n>')`: Spark neither folds
+that call (it is nondeterministic) nor compiles it (it is interpreted, holding its arguments as
+objects the generated code refers to), so the generated code is the same from batch to batch and
+Spark's code cache serves it. Measured on 500-row batches: a literal compiles twice a batch, this
+never, and the batch is faster (80 ms against 108 ms); a broadcast one-row table joined to the batch,
+tried first, never compiles either but costs more than it saves (378 ms against 337 ms).
 """
 
 from __future__ import annotations
@@ -93,9 +97,12 @@ def _with_constants(read: DataFrame, plan: RoutingPlan) -> DataFrame:
     for i, destination in enumerate(plan.receivers):
         values += [_bound(destination.since, LOWEST), _bound(destination.until, HIGHEST)]
         names += [f"_since_{i}", f"_until_{i}"]
-    schema = ", ".join(f"{name} BIGINT" for name in names)
-    constants = read.sparkSession.createDataFrame([tuple(values)], schema)
-    return read.crossJoin(F.broadcast(constants))
+    return read.selectExpr("*", *(f"{_constant(value)} AS {name}" for name, value in zip(names, values, strict=True)))
+
+
+def _constant(value: int) -> str:
+    """A long that keeps the generated code the same whatever its value (see the module's docstring)."""
+    return f"CAST(java_method('java.lang.Long', 'valueOf', '{int(value)}') AS BIGINT)"
 
 
 LOWEST, HIGHEST = -(2**63), 2**63 - 1

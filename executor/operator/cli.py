@@ -425,7 +425,10 @@ def status(
     if watch_:
         from hotswap.executor.operator.watch import watch
 
-        watch(client, settings, console, interval)
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        watch(client, settings, console, interval, stop)
         return
     doc = client.status()
     if as_json:

@@ -13,7 +13,7 @@ added to the swap machine shows without a change here.
 
 from __future__ import annotations
 
-import time
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -186,8 +186,16 @@ def _swap_view(snap: Snapshot, swap: SwapStatus, memory: WatchMemory, settings: 
     return out
 
 
-def watch(client: Client, settings: Settings, console: Console, interval_s: float = 0.5) -> None:
-    """Redraw until Ctrl-C. On a terminal in place; elsewhere one frame after another."""
+def watch(
+    client: Client, settings: Settings, console: Console, interval_s: float = 0.5, stop: threading.Event | None = None
+) -> None:
+    """Redraw until `stop` is set (the CLI sets it on Ctrl-C or SIGTERM) or Ctrl-C raises.
+
+    On a terminal in place; elsewhere one frame after another. Ctrl-C sets an event instead of
+    raising: kafka-python runs its tasks in the calling thread and logs and drops any exception a
+    task raises, KeyboardInterrupt included, so an interrupt landing in a Kafka read was lost and the
+    view never ended."""
+    stop = stop or threading.Event()
     kafka = KafkaPositions(settings)
     memory = WatchMemory()
     window = RateWindow()
@@ -201,15 +209,15 @@ def watch(client: Client, settings: Settings, console: Console, interval_s: floa
                 def redraw(view: RenderableType) -> None:
                     live.update(view, refresh=True)
 
-                while True:
+                while not stop.is_set():
                     previous = _frame(client, settings, kafka, memory, window, previous, redraw)
-                    time.sleep(interval_s)
+                    stop.wait(interval_s)
         else:
-            while True:
+            while not stop.is_set():
                 previous = _frame(client, settings, kafka, memory, window, previous, console.print)
                 console.print(Rule(style="dim"))
                 console.file.flush()
-                time.sleep(interval_s)
+                stop.wait(interval_s)
     except KeyboardInterrupt:
         pass
     finally:

@@ -571,10 +571,14 @@ def test_the_watch_redraws_until_ctrl_c_and_ends_cleanly(
 
     sleeps: list[float] = []
 
-    def sleep(seconds: float) -> None:
-        sleeps.append(seconds)
-        if len(sleeps) == 3:
-            raise KeyboardInterrupt  # what Ctrl-C does to the loop
+    class CtrlC(threading.Event):
+        """Pressed during the third wait (the CLI's SIGINT handler sets the event)."""
+
+        def wait(self, timeout: float | None = None) -> bool:
+            sleeps.append(timeout or 0.0)
+            if len(sleeps) == 3:
+                self.set()
+            return self.is_set()
 
     class NoKafka:
         def __init__(self, settings: Settings) -> None: ...
@@ -584,10 +588,9 @@ def test_the_watch_redraws_until_ctrl_c_and_ends_cleanly(
 
         def close(self) -> None: ...
 
-    monkeypatch.setattr("hotswap.executor.operator.watch.time.sleep", sleep)
     monkeypatch.setattr(live, "KafkaPositions", NoKafka)
     out = Console(record=True, width=160, color_system=None, force_terminal=terminal)
-    live.watch(api, api.settings, out, interval_s=0.5)  # returns: Ctrl-C is the way out, not an error
+    live.watch(api, api.settings, out, interval_s=0.5, stop=CtrlC())  # returns: Ctrl-C is the way out
     text = out.export_text()
     assert sleeps == [0.5, 0.5, 0.5]
     assert "swap s2 in progress: b -> c" in text
