@@ -219,10 +219,10 @@ class ServiceGraph:
             plan = RoutingPlan.model_validate_json(raw)
             log.info("replaying routing plan", batch=batch_id, target=plan.target_query)
             return plan
-        swaps = self._journal.all()
+        swaps = self._journal.open()
         swap = active_swap(swaps)
         if swap is not None and self._cut_due(swap) and self._take_cut(swap, state, batch_id):
-            swaps = self._journal.all()
+            swaps = self._journal.open()
         plan = self._next_plan(batch_id, state, swaps)
         median = median_event_time(self._reading(plan).read(batch)) if state.watermark is None else None
         plan = plan.changed(ahead_after=time_jump_limit(state.watermark, median, self._settings.max_time_jump.ms))
@@ -234,6 +234,9 @@ class ServiceGraph:
         fenced_write(self._redis, self._fence, queue)
         return plan
 
+    # The swaps read per batch and per tick are the open ones (the journal's index): what routing
+    # needs, and a read that does not grow with the namespace's history (routing_swap explains why
+    # the ended ones are not needed).
     def _next_plan(
         self, batch_id: int, state: ServiceState, swaps: list[SwapRecord], ahead_after: int | None = None
     ) -> RoutingPlan:
@@ -302,10 +305,10 @@ class ServiceGraph:
             next_batch = state.last_batch + 1
             if self._redis.exists(self._keys.routing_plan(next_batch)):
                 return  # a batch was interrupted; Spark replays it first, with its recorded plan
-            swaps = self._journal.all()
+            swaps = self._journal.open()
             swap = active_swap(swaps)
             if swap is not None and self._cut_due(swap) and self._take_cut(swap, state, next_batch):
-                swaps = self._journal.all()
+                swaps = self._journal.open()
             now = time.monotonic()
             if now - self._last_advance >= TICK_ADVANCE_EVERY_S:
                 self._last_advance = now

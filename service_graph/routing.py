@@ -55,7 +55,10 @@ class Marker:
 def routing_swap(swaps: Iterable[SwapRecord]) -> SwapRecord | None:
     """The swap whose cut shapes routing: the latest one past its cut, unless a later swap has
     completed since. A stranded swap keeps its cut: its new graph still owns the windows after W
-    (their rows wait in its topic) and the old graph those up to W."""
+    (their rows wait in its topic) and the old graph those up to W.
+
+    The open swaps (the journal's index) give the same answer as all of them: a swap that ended left
+    the index, and a stranded one is relabelled in the very write that completes its recovery."""
     chosen: SwapRecord | None = None
     for swap in swaps:
         if swap.state.is_past_cut:
