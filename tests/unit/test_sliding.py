@@ -70,7 +70,8 @@ def keeps_windows_whole(w: int, old: Windowing, new: Windowing, max_end: int, wa
     largest routed window end (every row before it went to the old graph alone); and the old
     version's windows ending after W (from W + slide) that closed before the cut (up to the
     watermark) held no row, or there are none."""
-    if w % old.grid_ms or w % new.grid_ms or first_row_needed(w, new) < max_end:
+    # The new version's first window ending after W starts at W + slide - size (the test's own arithmetic).
+    if w % old.grid_ms or w % new.grid_ms or w + new.grid_ms - new.size_ms < max_end:
         return False
     return w >= watermark or w + old.grid_ms - old.size_ms >= max_end
 
