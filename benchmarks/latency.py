@@ -56,7 +56,7 @@ from benchmarks.profile import (
     stage_samples,
 )
 from hotswap.contract import stages
-from hotswap.contract.journal import SwapRecord
+from hotswap.contract.journal import SwapPhase, SwapRecord
 from hotswap.contract.models import now_ms
 from hotswap.executor.operator.client import Client
 from hotswap.service_sink.audit import audit, read_results
@@ -327,11 +327,25 @@ def swap_record(swap: SwapRecord) -> dict[str, Any]:
     }
 
 
+def promotion_record(swap: SwapRecord | None) -> dict[str, Any] | None:
+    """A promoted shadow's phases, with its swap time from the promotion on (it had been running)."""
+    if swap is None:
+        return None
+    record = swap_record(swap)
+    completed = record["completed_at_ms"]
+    record["promoted_at_ms"] = swap.promoted_at
+    record["promote_to_completed_s"] = (
+        None if completed is None or swap.promoted_at is None else round((completed - swap.promoted_at) / 1000, 2)
+    )
+    return record
+
+
 @dataclass
 class SwapTail:
     first: SwapRecord
     second: SwapRecord
     errors: list[str]
+    promotion: SwapRecord | None = None
 
 
 def run_swaps(segment: Segment, pipeline: HotswapPipeline) -> SwapTail:
@@ -353,9 +367,26 @@ def run_swaps(segment: Segment, pipeline: HotswapPipeline) -> SwapTail:
     done2 = _finish(client, swap2.id, errors)
     segment.load.set_rate(shape.rate)
     bench.resources.phase("after_swap_2x")
-    bench.clock.step(f"live: swap at 2x rate {done2.state.value}; letting the last windows close")
+    bench.clock.step(f"live: swap at 2x rate {done2.state.value}; a shadow of {CHANGED.stem} next")
+    promoted = run_promotion(segment, client, errors)
+    bench.clock.step("live: shadow promoted; letting the last windows close")
     time.sleep(LATENESS_MS / 1000 + 3)
-    return SwapTail(done, done2, errors)
+    return SwapTail(done, done2, errors, promoted)
+
+
+def run_promotion(segment: Segment, client: Client, errors: list[str]) -> SwapRecord | None:
+    """The same change as a shadow: started, left to run two windows, then promoted. Its time is
+    from `hotswap promote` to completed, against the ordinary swap's submitted to completed."""
+    segment.bench.resources.phase("promotion")
+    shadow = client.submit(CHANGED, f"{CHANGED.stem}_shadow", shadow=True)
+    try:
+        client.wait_for(shadow.id, lambda r: r.state is SwapPhase.SHADOWING, 120, "shadowing")
+    except Exception as exc:  # noqa: BLE001 - recorded in the report, as a failed swap is
+        errors.append(f"shadow {shadow.id}: {type(exc).__name__}: {exc}")
+        return None
+    time.sleep(2 * WINDOW_MS / 1000)
+    client.promote(shadow.id)
+    return _finish(client, shadow.id, errors)
 
 
 def swap_summary(segment: Segment, tail: SwapTail) -> dict[str, Any]:
@@ -375,6 +406,7 @@ def swap_summary(segment: Segment, tail: SwapTail) -> dict[str, Any]:
         },
         "swap": first,
         "swap_at_2x_rate": second,
+        "promotion": promotion_record(tail.promotion),
         "output_gap_s": {
             "steady_max": window_gaps(results, segment.load_start_ms, submit - 1),
             "around_swap_max": window_gaps(results, submit, completed + 5_000),

@@ -128,6 +128,7 @@ def table(results: dict[str, Any]) -> str:
     plain_lat, hot_lat = lat.get("plain_spark") or {}, lat.get("hotswap") or {}
     swap = _get(results, "live", "swap") or {}
     swap2 = _get(results, "live", "swap_at_2x_rate") or {}
+    promotion = _get(results, "live", "promotion") or {}
     restart = results.get("restart") or {}
     rows: list[tuple[str, str, str]] = [
         (
@@ -156,6 +157,11 @@ def table(results: dict[str, Any]) -> str:
         ("swap total / floor / overhead (s)", "", _swap(swap)),
         ("swap phases: s in phase (s after the floor when entered)", "", _phases(swap)),
         ("swap at 2x rate total / floor / overhead (s)", "", _swap(swap2)),
+        (
+            "same change as a promoted shadow: promote to completed / ordinary swap submit to completed (s)",
+            "",
+            f"{fmt(promotion.get('promote_to_completed_s'))} / {fmt(swap.get('total_s'))}",
+        ),
         ("during-swap p50 / p99 latency (s)", "", _pair(_get(results, "live", "latency", "during_swap"))),
         ("p99 during swap / same segment's steady p99", "", fmt(results.get("p99_swap_over_steady"))),
         (

@@ -58,6 +58,17 @@ CANCELLATIONS = (
 _CANCELLED_JOB = re.compile(r"\bJob \d+ cancelled\b|\bcancelled because\b|\bwas cancelled\b")
 
 _TRACEBACK = "Traceback (most recent call last):"
+
+# A checkpoint another Spark session still writes: a stalled executor's queries, whose JVM kept
+# running while its Python process (and so its lease) stood still (README, "Guarantees").
+CHECKPOINT_CONFLICTS = ("CONCURRENT_STREAM_LOG_UPDATE", "Multiple streaming jobs detected")
+
+
+def is_checkpoint_conflict(failure: str) -> bool:
+    """Whether a query died because another query wrote its checkpoint's log at the same time."""
+    return any(mark in failure for mark in CHECKPOINT_CONFLICTS)
+
+
 _QUERY_DESCRIPTION = "\n\n=== Streaming Query ==="
 _JVM_TRACE = "\n\nJVM stacktrace:"
 _CAUSED_BY = re.compile(r"^Caused by: (.+)$", re.MULTILINE)

@@ -84,6 +84,17 @@ class SwapRecord(Record):
     # query's buffer (its topic) for every window it did not emit. Its cut is decided by the executor,
     # where the failed query stopped, not by the service graph.
     recovers: str | None = None
+    # A shadow (`submit --shadow`): from S (`shadow_since`, a boundary of its windows) on it receives
+    # every row beside the current query, and writes its results to its own topic until promoted.
+    shadow: bool = False
+    shadow_since: int | None = None
+    shadow_batch: int | None = None  # the service-graph batch S first applied to (as cut_batch for W)
+    promote: bool = False  # `hotswap promote`: the service graph cuts to the shadow at its next batch or tick
+    promoted_at: int | None = None  # when `hotswap promote` was asked (epoch ms)
+    # Roll back on its own if its new query fails for good after the cut (`submit --auto-rollback`).
+    auto_rollback: bool = False
+    # Why the executor queued this swap itself (an automatic rollback), in one line; None if an operator did.
+    cause: str | None = None
 
     @property
     def is_recovery(self) -> bool:
@@ -143,6 +154,8 @@ class Also:
     relabel: tuple[str, SwapPhase] | None = None
     # More commands of the same write (for example the service graph's routing plan and state with a cut).
     queue: Callable[[Batch], object] | None = None
+    # A swap created in the same write (an automatic rollback, queued as its swap is stranded).
+    creates: SwapRecord | None = None
 
 
 class Journal:
@@ -179,16 +192,21 @@ class Journal:
 
     # -- writes ----------------------------------------------------------------------------
     def create(self, record: SwapRecord) -> SwapRecord:
+        batch = Batch()
+        first = self._creating(batch, record)
+        if not write(self._redis, self._fence, batch):
+            raise HotswapError(f"swap {record.id} already exists in namespace {self._keys.namespace!r}")
+        return first
+
+    def _creating(self, batch: Batch, record: SwapRecord) -> SwapRecord:
+        """Adds a new swap, `submitted`, to a write (which fails if the id is taken)."""
         first = record.changed(phases=(PhaseEntry(name=SwapPhase.SUBMITTED, at=now_ms()),))
-        batch = (
-            Batch()
-            .expect(self._keys.swap(record.id), None)
+        (
+            batch.expect(self._keys.swap(record.id), None)
             .set(self._keys.swap(record.id), first.model_dump_json())
             .rpush(self._keys.swaps, record.id)
             .rpush(self._keys.open_swaps, record.id)
         )
-        if not write(self._redis, self._fence, batch):
-            raise HotswapError(f"swap {record.id} already exists in namespace {self._keys.namespace!r}")
         return first
 
     def advance(
@@ -224,11 +242,34 @@ class Journal:
         return self.advance(
             swap_id,
             SwapPhase.CUT,
-            when=lambda record: record.state is SwapPhase.DEPLOYED,
+            when=lambda record: (
+                record.state is SwapPhase.DEPLOYED or (record.state is SwapPhase.SHADOWING and record.promote)
+            ),
             cut_window_end=boundary,
             cut_batch=batch_id,
             **changes,
         )
+
+    def record_shadow_start(self, swap_id: str | SwapRecord, since: int, batch_id: int) -> SwapRecord | None:
+        """The service graph's start of a shadow: S, recorded before the batch it applies to, only
+        while the swap is still `deployed` (an abort that got there first wins; then None)."""
+        return self.advance(
+            swap_id,
+            SwapPhase.SHADOWING,
+            when=lambda record: record.state is SwapPhase.DEPLOYED and record.shadow,
+            shadow_since=since,
+            shadow_batch=batch_id,
+        )
+
+    def request_promotion(self, swap_id: str) -> SwapRecord | None:
+        """`hotswap promote`: mark a shadow in `shadowing` for its cut; None if it is not one (any more)."""
+
+        def change(record: SwapRecord) -> SwapRecord | None:
+            if not (record.shadow and record.state is SwapPhase.SHADOWING):
+                return None
+            return record.changed(promote=True, promoted_at=now_ms())
+
+        return self._compare_and_set(swap_id, change, Also())
 
     def record_draining(self, swap_id: str | SwapRecord, **changes: Any) -> SwapRecord | None:
         """The service watermark passed W; None if another writer recorded it first."""
@@ -270,6 +311,8 @@ class Journal:
                 batch.set(self._keys.current, also.current.model_dump_json())
             if also.queue is not None:
                 also.queue(batch)
+            if also.creates is not None:
+                self._creating(batch, also.creates)
             if write(self._redis, self._fence, batch):
                 return updated
             raw = self._raw(swap_id)

@@ -4,7 +4,7 @@ streaming query politely, and the restart budget of a failed one."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
@@ -55,10 +55,29 @@ class RestartBudget:
     attempts: int = 0
     failed_at: float | None = None
     restarted_at: float = 0.0
+    failures: list[float] = field(default_factory=list)  # when each failure was first seen (monotonic s)
+    conflict_since: float | None = None  # when the checkpoint conflicts being forgiven began
 
     def healthy(self, now: float) -> None:
-        if self.attempts and now - self.restarted_at > HEALTHY_RESET_S:
+        if now - self.restarted_at > HEALTHY_RESET_S:
             self.attempts = 0
+            self.conflict_since = None
+
+    def forgives_conflict(self, now: float, deadline_s: float) -> bool:
+        """A checkpoint conflict (another executor's Spark still writes the log) is retried without
+        using up the budget, for `deadline_s` from the first one: the stalled writer's queries stop
+        once it wakes and finds its lease lost, or its process ends."""
+        if self.conflict_since is None:
+            self.conflict_since = now
+        return now - self.conflict_since <= deadline_s
+
+    def retry_due(self, now: float) -> bool:
+        """Like restart_due, for a forgiven failure: after one back-off, not counted."""
+        if self.failed_at is None or now - self.failed_at < self.backoff_s:
+            return False
+        self.failed_at = None
+        self.restarted_at = now
+        return True
 
     @property
     def exhausted(self) -> bool:
@@ -69,7 +88,13 @@ class RestartBudget:
         if self.failed_at is not None:
             return False
         self.failed_at = now
+        self.failures.append(now)
         return True
+
+    def failures_within(self, span_s: float, now: float) -> int:
+        """How many failures were first seen in the last `span_s` seconds."""
+        self.failures = [at for at in self.failures if now - at <= span_s]
+        return len(self.failures)
 
     def restart_due(self, now: float) -> bool:
         """True once the back-off for this attempt has passed; the attempt is then counted."""

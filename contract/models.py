@@ -64,6 +64,9 @@ class GraphRecord(Record):
     reads: SourceSpec | None = None
     # How often a window starts (None: a record from before slides were recorded, tumbling).
     slide_ms: int | None = None
+    # A shadow's graph: the results of windows it does not own (all of them until it is promoted)
+    # go to this topic instead of being dropped (None: not a shadow).
+    shadow_results_topic: str | None = None
 
     @property
     def windowing(self) -> Windowing:

@@ -78,6 +78,10 @@ class Keys:
         """Write-ahead routing decision for one service-graph batch (replayed identically)."""
         return f"{self.prefix}:routing:{batch_id}"
 
+    def shadow_diff(self, swap_id: str) -> str:
+        """The last `hotswap diff` of a shadow (a ShadowDiff), which `status` shows."""
+        return f"{self.prefix}:shadow-diff:{swap_id}"
+
     def progress(self, query_id: str) -> str:
         """The service sink's report of one execution graph's progress."""
         return f"{self.prefix}:progress:{query_id}"
@@ -124,6 +128,11 @@ class Names:
     def graph_topic(self, query_id: str) -> str:
         """The execution graph's input topic: the buffer between the service graph and the query."""
         return f"{self.owned_topic_prefix}graph.{query_id}"
+
+    def shadow_results_topic(self, query_id: str) -> str:
+        """A shadow's results (`submit --shadow`): what it answers before it is promoted, never the
+        user's sink; `hotswap diff` compares them with the current version's."""
+        return f"{self.owned_topic_prefix}shadow.{query_id}"
 
     # -- Spark query names -------------------------------------------------------------------
     @property

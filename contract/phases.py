@@ -27,6 +27,7 @@ class SwapPhase(StrEnum):
     VALIDATED = "validated"
     DEPLOYING = "deploying"
     DEPLOYED = "deployed"
+    SHADOWING = "shadowing"
     CUT = "cut"
     DRAINING = "draining"
     DRAINED = "drained"
@@ -91,10 +92,15 @@ class SwapPhase(StrEnum):
     def can_become(self, target: SwapPhase) -> bool:
         return target in self.rule.next
 
-    def waits_for(self, *, recovery: bool) -> Wait | None:
-        """What a swap in this phase waits for: a recovery's differs where it has nothing to cut or drain."""
+    def waits_for(self, *, recovery: bool, shadow: bool = False) -> Wait | None:
+        """What a swap in this phase waits for: a recovery's differs where it has nothing to cut or
+        drain, a shadow's where it starts at S instead of cutting."""
         rule = self.rule
-        return (rule.recovery_waits or rule.waits) if recovery else rule.waits
+        if recovery:
+            return rule.recovery_waits or rule.waits
+        if shadow:
+            return rule.shadow_waits or rule.waits
+        return rule.waits
 
 
 class Stage(StrEnum):
@@ -113,6 +119,8 @@ class Wait(StrEnum):
     TURN = "turn"
     GRAPH_START = "graph start"
     CUT = "cut"
+    SHADOW_START = "shadow start"
+    PROMOTION = "promotion"
     STOP_POINT = "stop point"
     WATERMARK = "watermark"
     NOTHING_TO_DRAIN = "nothing to drain"
@@ -130,6 +138,7 @@ class PhaseRule:
     next: Mapping[SwapPhase, str] = field(default_factory=dict)
     waits: Wait | None = None
     recovery_waits: Wait | None = None  # where a recovery waits for something else
+    shadow_waits: Wait | None = None  # where a shadow waits for something else
     drains: bool = False  # the old graph still owns rows before W
 
 
@@ -171,11 +180,24 @@ TABLE: Mapping[SwapPhase, PhaseRule] = MappingProxyType(
             Stage.BEFORE_CUT,
             {
                 P.CUT: "W recorded before the batch it applies to",
+                P.SHADOWING: "a shadow: S recorded before the batch it applies to",
                 P.FAILED: "new query died, or no cut (cut_timeout)",
                 P.ABORTED: _ABORT,
             },
             waits=Wait.CUT,
             recovery_waits=Wait.STOP_POINT,
+            shadow_waits=Wait.SHADOW_START,
+        ),
+        # A shadow (`submit --shadow`): it receives every row from S on beside the current query, and
+        # writes its results to its own topic, until `hotswap promote` cuts to it (no deploy: it runs).
+        P.SHADOWING: PhaseRule(
+            Stage.BEFORE_CUT,
+            {
+                P.CUT: "promoted: W recorded before the batch it applies to",
+                P.FAILED: "shadow query died",
+                P.ABORTED: _ABORT,
+            },
+            waits=Wait.PROMOTION,
         ),
         P.CUT: PhaseRule(
             Stage.PAST_CUT,
@@ -221,6 +243,9 @@ WAIT_TEXT: Mapping[Wait, str] = MappingProxyType(
         Wait.TURN: "its turn: {turn}",
         Wait.GRAPH_START: "its new graph {to_query} to start (deploying for {elapsed})",
         Wait.CUT: "the cut at the service graph's next batch or tick",
+        Wait.SHADOW_START: "its start S at the service graph's next batch or tick",
+        Wait.PROMOTION: "an operator: `hotswap diff {id}`, then `hotswap promote {id}` or `hotswap abort {id}`"
+        "{promoting}",
         Wait.STOP_POINT: "the executor to record where {from_query} stopped",
         Wait.WATERMARK: "drain: service watermark {watermark} < W {cut}{idle}",
         Wait.NOTHING_TO_DRAIN: "the executor to record that {from_query}, which failed, has nothing to drain",
@@ -244,6 +269,7 @@ class WaitFacts:
     old_failed: bool = False  # the old graph failed for good while it drained
     elapsed_ms: int | None = None  # time in the current phase
     taker: str | None = None  # the recovery that takes a stranded swap over
+    promoting: bool = False  # a shadow whose promotion was asked for: the cut comes at the next batch
 
 
 class IllegalTransition(HotswapError):
@@ -286,6 +312,7 @@ def wait_text(
         old=old,
         elapsed=seconds(facts.elapsed_ms),
         taker=f" (swap {facts.taker} is taking it over)" if facts.taker else "",
+        promoting="; promoted: the cut comes at the service graph's next batch or tick" if facts.promoting else "",
     )
 
 

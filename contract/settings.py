@@ -116,6 +116,14 @@ class Settings(BaseSettings):
     # A failed query is restarted from its checkpoint this many times, with doubling back-off.
     query_restarts: int = Field(default=3, ge=0)
     query_restart_backoff: Duration = Duration(2_000, "2s")
+    # Automatic rollback (README, "Automatic rollback"): every swap rolls back on its own when its new
+    # query fails for good after its cut, as if `submit --auto-rollback` had been given.
+    auto_rollback: bool = False
+    # Its error budget: a swap with auto-rollback whose new query fails more than this many times
+    # within rollback_window after its cut is rolled back then, without using up its restarts.
+    # None: only a query that fails for good (query_restarts spent) is rolled back.
+    rollback_failures: int | None = Field(default=None, ge=0)
+    rollback_window: Duration = Duration(600_000, "10m")
     # Transient Kafka errors in the control loop (broker restarting, leader moving) are retried with
     # back-off for this long before the operation is given up with a reason.
     retry_deadline: Duration = Duration(60_000, "60s")

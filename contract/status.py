@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hotswap.contract.models import ExecutorPhase, GraphState, QueryKind
+from hotswap.contract.models import ExecutorPhase, GraphState, QueryKind, ShadowDiff
 from hotswap.contract.phases import SwapPhase
 from hotswap.contract.reasons import ReasonCode
 
@@ -92,6 +92,24 @@ class SwapStatus(StatusPart):
     recovers: str | None = Field(
         default=None,
         description="The stranded swap whose input this one takes over (a rollback or fix forward of it).",
+    )
+    auto_rollback: bool = Field(
+        default=False,
+        description="Submitted with --auto-rollback: rolls back on its own if its new query fails "
+        "for good after its cut.",
+    )
+    cause: str | None = Field(
+        default=None, description="Why the executor queued this swap itself (an automatic rollback), in one line."
+    )
+    shadow: bool = Field(
+        default=False, description="Submitted with --shadow: runs beside the current query until promoted."
+    )
+    shadow_since: int | None = Field(
+        default=None, description="S: the shadow receives every row its windows ending after S need (event time)."
+    )
+    promote: bool = Field(default=False, description="`hotswap promote` was asked: the cut comes at the next batch.")
+    diff: ShadowDiff | None = Field(
+        default=None, description="The last `hotswap diff` of a shadow against the current version."
     )
     note: str | None = Field(
         description="For a rolled-back or fixed-forward swap: which windows kept its results, and who answers "

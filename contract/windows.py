@@ -117,6 +117,25 @@ def first_row_needed(cut_ms: int, new: Windowing) -> int:
     return cut_ms - new.reach_ms
 
 
+def promotion_boundary(
+    max_window_end_ms: int | None, old: Windowing, new: Windowing, since_ms: int, watermark_ms: int | None = None
+) -> int:
+    """The cut W of a shadow's promotion: the first multiple of both grids at or after
+
+        max(S, E,  min(M, E + old.size - old.slide))
+
+    where S is the shadow's start. A shadow has received every row from S - new.size + new.slide
+    on, so its windows ending after any W >= S hold all their rows: W need not wait for
+    E + new.size - new.slide, as a fresh graph's cut does (cut_boundary). The old version keeps every
+    window through W, so W is at or after E; the last term is cut_boundary's, for a sliding old
+    version whose watermark ran ahead."""
+    lower = since_ms if max_window_end_ms is None else max(since_ms, max_window_end_ms)
+    if watermark_ms is not None and max_window_end_ms is not None:
+        lower = max(lower, min(watermark_ms, max_window_end_ms + old.reach_ms))
+    step = common_boundary_ms(old.grid_ms, new.grid_ms)
+    return -(-lower // step) * step
+
+
 def reached_cut(watermark_ms: int | None, cut_ms: int) -> bool:
     """Whether a watermark has passed the cut W, so every window up to W is closed.
 

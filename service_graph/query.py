@@ -29,6 +29,7 @@ from pyspark.sql import types as T
 from pyspark.sql.streaming.query import StreamingQuery
 
 from hotswap.contract import stages
+from hotswap.contract.causes import is_checkpoint_conflict, root_cause
 from hotswap.contract.faults import crash_point
 from hotswap.contract.fence import Batch, Fence, fenced_write
 from hotswap.contract.journal import Journal, SwapPhase, SwapRecord, active_swap
@@ -52,6 +53,7 @@ from hotswap.service_graph.routing import (
     graph_markers,
     plan_batch,
     routing_swap,
+    shadowing_swap,
     time_jump_limit,
 )
 
@@ -124,7 +126,16 @@ class ServiceGraph:
             self._restarts.healthy(now)
             return
         failure = query.exception()
-        reason = str(failure).strip().splitlines()[0] if failure is not None else "it stopped"
+        reason = root_cause(failure) if failure is not None else "it stopped"
+        if is_checkpoint_conflict(str(failure)) and self._restarts.forgives_conflict(
+            now, self._settings.retry_deadline.s
+        ):
+            # A stalled predecessor's Spark still writes the checkpoint: retry, uncounted (see Graphs.supervise).
+            if self._restarts.first_seen(now):
+                log.warning("service graph's checkpoint is still written by another executor's Spark; retrying")
+            if self._restarts.retry_due(now):
+                self.start()
+            return
         if self._restarts.exhausted:
             raise ServiceGraphError(
                 f"the service graph failed {self._restarts.attempts + 1} times ({reason}); fix the cause and "
@@ -208,10 +219,10 @@ class ServiceGraph:
             plan = RoutingPlan.model_validate_json(raw)
             log.info("replaying routing plan", batch=batch_id, target=plan.target_query)
             return plan
-        swaps = self._journal.all()
+        swaps = self._journal.open()
         swap = active_swap(swaps)
         if swap is not None and self._cut_due(swap) and self._take_cut(swap, state, batch_id):
-            swaps = self._journal.all()
+            swaps = self._journal.open()
         plan = self._next_plan(batch_id, state, swaps)
         median = median_event_time(self._reading(plan).read(batch)) if state.watermark is None else None
         plan = plan.changed(ahead_after=time_jump_limit(state.watermark, median, self._settings.max_time_jump.ms))
@@ -223,20 +234,33 @@ class ServiceGraph:
         fenced_write(self._redis, self._fence, queue)
         return plan
 
+    # The swaps read per batch and per tick are the open ones (the journal's index): what routing
+    # needs, and a read that does not grow with the namespace's history (routing_swap explains why
+    # the ended ones are not needed).
     def _next_plan(
         self, batch_id: int, state: ServiceState, swaps: list[SwapRecord], ahead_after: int | None = None
     ) -> RoutingPlan:
         graphs = self._graphs()
         current = self._current(graphs)
-        return plan_batch(batch_id, state, current, routing_swap(swaps), graphs, ahead_after=ahead_after)
+        return plan_batch(
+            batch_id, state, current, routing_swap(swaps), graphs, ahead_after=ahead_after, shadow=shadowing_swap(swaps)
+        )
 
     @staticmethod
     def _cut_due(swap: SwapRecord) -> bool:
-        """A deployed swap waits for its cut, except a recovery, whose cut the executor records."""
+        """A deployed swap waits for its cut (a shadow for its start S), except a recovery, whose cut
+        the executor records; a shadow waits for its promotion."""
+        if swap.state is SwapPhase.SHADOWING:
+            return swap.promote
         return swap.state is SwapPhase.DEPLOYED and swap.recovers is None
 
     def _take_cut(self, swap: SwapRecord, state: ServiceState, batch_id: int) -> SwapRecord | None:
         boundary = decide_cut(state, swap)
+        if swap.shadow and swap.state is SwapPhase.DEPLOYED:
+            started = self._journal.record_shadow_start(swap.id, boundary, batch_id)
+            if started is not None:
+                log.info("shadow started", swap_id=swap.id, shadow_since=boundary, max_window_end=state.max_window_end)
+            return started
         cut = self._journal.record_cut(swap.id, boundary, batch_id)
         if cut is not None:
             crash_point("after:cut")
@@ -281,10 +305,10 @@ class ServiceGraph:
             next_batch = state.last_batch + 1
             if self._redis.exists(self._keys.routing_plan(next_batch)):
                 return  # a batch was interrupted; Spark replays it first, with its recorded plan
-            swaps = self._journal.all()
+            swaps = self._journal.open()
             swap = active_swap(swaps)
             if swap is not None and self._cut_due(swap) and self._take_cut(swap, state, next_batch):
-                swaps = self._journal.all()
+                swaps = self._journal.open()
             now = time.monotonic()
             if now - self._last_advance >= TICK_ADVANCE_EVERY_S:
                 self._last_advance = now

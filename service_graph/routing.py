@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from hotswap.contract.journal import SwapRecord
+from hotswap.contract.journal import SwapPhase, SwapRecord
 from hotswap.contract.models import CutRoute, Destination, GraphRecord, NodePosition, RoutingPlan, ServiceState
-from hotswap.contract.windows import Windowing, cut_boundary, first_row_needed
+from hotswap.contract.windows import Windowing, cut_boundary, first_row_needed, promotion_boundary
 from hotswap.service_graph.errors import NoTargetGraph
 
 
@@ -55,7 +55,10 @@ class Marker:
 def routing_swap(swaps: Iterable[SwapRecord]) -> SwapRecord | None:
     """The swap whose cut shapes routing: the latest one past its cut, unless a later swap has
     completed since. A stranded swap keeps its cut: its new graph still owns the windows after W
-    (their rows wait in its topic) and the old graph those up to W."""
+    (their rows wait in its topic) and the old graph those up to W.
+
+    The open swaps (the journal's index) give the same answer as all of them: a swap that ended left
+    the index, and a stranded one is relabelled in the very write that completes its recovery."""
     chosen: SwapRecord | None = None
     for swap in swaps:
         if swap.state.is_past_cut:
@@ -73,7 +76,17 @@ def decide_cut(state: ServiceState, swap: SwapRecord) -> int:
         raise NoTargetGraph(f"swap {swap.id} has no window sizes recorded; it cannot be cut")
     old = Windowing.of(swap.old_window_ms, swap.old_slide_ms)
     new = Windowing.of(swap.new_window_ms, swap.new_slide_ms)
+    if swap.state is SwapPhase.SHADOWING and swap.shadow_since is not None:
+        # A promoted shadow: it holds every row from S on already (contract.windows.promotion_boundary).
+        return promotion_boundary(state.max_window_end, old, new, swap.shadow_since, state.watermark)
+    # A fresh graph, or a shadow's start S: the first instant a graph deployed now could take over.
     return cut_boundary(state.max_window_end, old, new, state.watermark)
+
+
+def shadowing_swap(swaps: Iterable[SwapRecord]) -> SwapRecord | None:
+    """The shadow that receives rows beside the current query now: a swap in `shadowing` (S recorded),
+    promoted or not yet."""
+    return next((s for s in swaps if s.state is SwapPhase.SHADOWING and s.shadow_since is not None), None)
 
 
 def plan_batch(
@@ -84,10 +97,13 @@ def plan_batch(
     graphs: Mapping[str, GraphRecord],
     *,
     ahead_after: int | None = None,
+    shadow: SwapRecord | None = None,
 ) -> RoutingPlan:
     """The plan for a batch, given a swap whose cut (if any) is already recorded.
 
-    `ahead_after` is the latest event time routed as data; later ones are dead-lettered.
+    `ahead_after` is the latest event time routed as data; later ones are dead-lettered. `shadow`,
+    a swap in `shadowing`, receives every row from the first its windows after S need, beside the
+    rest of the plan.
     """
     cut = None
     if swap is not None and swap.state.is_past_cut:
@@ -106,12 +122,16 @@ def plan_batch(
     if cut is not None:
         # The target's first window after W starts at W - size + slide (W for tumbling windows): the
         # rows from there up to W go to both graphs. The cut rule made sure none was routed before it.
+        # A promoted shadow has received rows since its start S (<= W): it keeps receiving them from there.
+        start = cut.boundary if swap is None or swap.shadow_since is None else min(swap.shadow_since, cut.boundary)
         destinations = [
             Destination(query_id=cut.old_query, topic=cut.old_topic, until=cut.boundary),
-            Destination(
-                query_id=target.query_id, topic=target.topic, since=first_row_needed(cut.boundary, target.windowing)
-            ),
+            Destination(query_id=target.query_id, topic=target.topic, since=first_row_needed(start, target.windowing)),
         ]
+    shadow_graph = graphs.get(shadow.to_query) if shadow is not None and shadow.shadow_since is not None else None
+    if shadow is not None and shadow.shadow_since is not None and shadow_graph is not None:
+        since = first_row_needed(shadow.shadow_since, shadow_graph.windowing)
+        destinations.append(Destination(query_id=shadow_graph.query_id, topic=shadow_graph.topic, since=since))
     return RoutingPlan(
         batch_id=batch_id,
         target_query=target.query_id,

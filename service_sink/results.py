@@ -41,6 +41,7 @@ class ResultWriter:
         *,
         owned: Callable[[], OwnedWindows] | None = None,
         key_window_end: bool = False,
+        unowned_topic: str | None = None,
     ) -> None:
         self._settings = settings
         self._query_id = query_id
@@ -51,31 +52,39 @@ class ResultWriter:
         # The windows the graph owns, read once per batch (None: every window, as in tests of the writer).
         self._owned = owned
         self._key = ("window_start", "window_end") if key_window_end else ("window_start",)
+        # A shadow's results topic: the windows it does not own go there instead of being dropped.
+        self._unowned_topic = unowned_topic
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if self._check_lease is not None:
             self._check_lease()
+        topic = F.lit(self._settings.sink_topic)
         if self._owned is not None:
             owned = self._owned()
-            if not owned.ranges:
+            if self._unowned_topic is not None:
+                # A shadow: every result is written, its own windows to the sink, the rest to its topic.
+                mine = _owned_condition(owned) if owned.ranges else F.lit(False)
+                topic = F.when(mine, topic).otherwise(F.lit(self._unowned_topic))
+            elif not owned.ranges:
                 # Nothing to emit, but the batch must still run in full: Spark checks that every
                 # state store of the query committed, and a filter that is plainly false would
                 # let the optimiser skip the query's plan altogether.
                 batch.write.format("noop").mode("overwrite").save()
                 return
-            batch = batch.where(_owned_condition(owned))
+            else:
+                batch = batch.where(_owned_condition(owned))
         types = {field.name: field.dataType for field in batch.schema.fields}
         value_columns = [_as_json_value(name, types[name]) for name in types]
         value_columns.append(F.lit(self._query_id).alias("query_id"))
         key_columns = [_as_json_value(name, types[name]) for name in (*self._key, *self._group_columns)]
         (
             batch.select(
+                topic.alias("topic"),
                 F.to_json(F.struct(*key_columns), _KEEP_NULLS).alias("key"),
                 F.to_json(F.struct(*value_columns), _KEEP_NULLS).alias("value"),
             )
             .write.format("kafka")
             .options(**self._settings.spark_kafka_options())
-            .option("topic", self._settings.sink_topic)
             .mode("append")  # Kafka is written through DataSource V2, which needs it (spark_session.py)
             .save()
         )

@@ -89,6 +89,7 @@ class Admission:
             spark_query_id=new_spark_query_id(),
             reads=reads,
             slide_ms=shape.windowing.slide_ms,
+            shadow_results_topic=self._settings.names.shadow_results_topic(query_id) if swap.shadow else None,
         )
         # Not bound to `from_query` yet: that happens when its turn comes (SwapProtocol._start_turn).
         updated = self._journal.advance(

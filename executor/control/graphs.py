@@ -14,6 +14,7 @@ import redis
 import structlog
 from pyspark.sql import SparkSession
 
+from hotswap.contract.causes import is_checkpoint_conflict
 from hotswap.contract.errors import TimeoutExpired
 from hotswap.contract.fence import Batch, Fence, fenced_write
 from hotswap.contract.lifecycle import RestartBudget
@@ -57,6 +58,8 @@ class Graphs:
         # The namespace's resolved source (set when the executor starts): what a query reads unless
         # it or its predecessor declares its own schema.
         self.namespace_source: SourceSpec = LEGACY_SOURCE
+        # Queries under an automatic rollback's error budget: (failures allowed, within seconds).
+        self._error_budgets: dict[str, tuple[int, float]] = {}
 
     # -- records ---------------------------------------------------------------------------
     def records(self) -> dict[str, GraphRecord]:
@@ -125,8 +128,13 @@ class Graphs:
         The topic has one partition: rows and the watermark markers after them stay in the order
         the service graph wrote them, so the graph never reads a marker before rows it covers.
         """
-        self._topics.ensure(record.topic, GRAPH_TOPIC_PARTITIONS)
+        self._ensure_topics(record)
         self.runner.begin(record, self._writer(record))
+
+    def _ensure_topics(self, record: GraphRecord) -> None:
+        self._topics.ensure(record.topic, GRAPH_TOPIC_PARTITIONS)
+        if record.shadow_results_topic is not None:
+            self._topics.ensure(record.shadow_results_topic, 1)
 
     def ready(self, query_id: str) -> bool:
         """Whether the graph's query runs yet; raises GraphStartFailed if it will not."""
@@ -164,16 +172,17 @@ class Graphs:
         """Start again, from its checkpoint, a graph that ran when the executor stopped (its readiness
         is not waited for: a query that dies is restarted by `supervise`)."""
         log.info("resuming execution graph", query_id=record.query_id, state=record.state)
-        self._topics.ensure(record.topic, GRAPH_TOPIC_PARTITIONS)
+        self._ensure_topics(record)
         self.runner.start(record, self._writer(record))
 
     def supervise(self) -> list[tuple[GraphRecord, str]]:
         """Restart dead graph queries from their checkpoints, with doubling back-off.
 
-        Returns the graphs whose restart budget is spent, with the last failure; they are marked
+        Returns the graphs that failed for good, with the last failure: their restarts are spent, or
+        they failed more often than an automatic rollback's error budget allows. They are marked
         failed and no longer restarted (an executor restart tries them again).
         """
-        exhausted: list[tuple[GraphRecord, str]] = []
+        failed: list[tuple[GraphRecord, str]] = []
         now = self._clock()
         for query_id in self.runner.query_ids():
             failure = self.runner.failure(query_id)
@@ -186,19 +195,50 @@ class Graphs:
             record = self.get(query_id)
             if record is None:
                 continue
-            if restarts.exhausted:
-                log.error(
-                    "execution graph failed for good", query_id=query_id, attempts=restarts.attempts, error=failure
-                )
+            if is_checkpoint_conflict(failure) and restarts.forgives_conflict(now, self._settings.retry_deadline.s):
+                # A stalled predecessor's Spark still writes this checkpoint: retry, uncounted, until
+                # its queries stop (it exits once it wakes without its lease) or retry_deadline passes.
+                if restarts.first_seen(now):
+                    log.warning(
+                        "execution graph's checkpoint is still written by another executor's Spark; retrying",
+                        query_id=query_id,
+                        error=failure,
+                    )
+                if restarts.retry_due(now):
+                    self.runner.restart(record, self._writer(record))
+                continue
+            new_failure = restarts.first_seen(now)
+            over_budget = self._over_error_budget(query_id, restarts, now) if new_failure else None
+            if restarts.exhausted or over_budget:
+                why = f"{failure}; {over_budget}" if over_budget else failure
+                log.error("execution graph failed for good", query_id=query_id, attempts=restarts.attempts, error=why)
                 self.runner.stop(query_id)
                 self.save(record.changed(state=GraphState.FAILED))
-                exhausted.append((record, failure))
+                failed.append((record, why))
                 continue
-            if restarts.first_seen(now):
+            if new_failure:
                 log.warning("execution graph failed; restarting from its checkpoint", query_id=query_id, error=failure)
             if restarts.restart_due(now):
                 self.runner.restart(record, self._writer(record))
-        return exhausted
+        return failed
+
+    def hold_to_error_budgets(self, budgets: dict[str, tuple[int, float]]) -> None:
+        """The queries under an automatic rollback's error budget now: each fails for good at its
+        failure number `allowed + 1` within `span_s` seconds, whatever restarts it has left."""
+        self._error_budgets = budgets
+
+    def under_error_budget(self, query_id: str) -> bool:
+        return query_id in self._error_budgets
+
+    def _over_error_budget(self, query_id: str, restarts: RestartBudget, now: float) -> str | None:
+        budget = self._error_budgets.get(query_id)
+        if budget is None:
+            return None
+        allowed, span_s = budget
+        seen = restarts.failures_within(span_s, now)
+        if seen <= allowed:
+            return None
+        return f"{seen} failures within {span_s:g}s, over auto-rollback's error budget of {allowed}"
 
     def _writer(self, record: GraphRecord) -> ResultWriter:
         fence = self._fence
@@ -212,6 +252,7 @@ class Graphs:
             check,
             owned=lambda: read_owned_windows(self._redis, self._keys, record),
             key_window_end=record.windowing.sliding,
+            unowned_topic=record.shadow_results_topic,
         )
 
     def stop(self, query_id: str) -> None:

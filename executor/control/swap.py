@@ -41,6 +41,7 @@ from hotswap.execution_graph.errors import GraphStartFailed, QueryRejected
 from hotswap.execution_graph.validation import check_cuttable
 from hotswap.executor.control.admission import Admission
 from hotswap.executor.control.graphs import Graphs
+from hotswap.executor.control.recovery import rollback_swap
 from hotswap.executor.control.waits import graphs_to_start, start_blocker
 
 log = structlog.get_logger(__name__)
@@ -83,6 +84,8 @@ class SwapProtocol:
             Wait.TURN: self._start_turn,
             Wait.GRAPH_START: self._await_start,
             Wait.CUT: self._await_cut,
+            Wait.SHADOW_START: self._await_cut,
+            Wait.PROMOTION: self._await_promotion,
             Wait.STOP_POINT: self._record_stop_point,
             Wait.WATERMARK: self._await_watermark,
             Wait.NOTHING_TO_DRAIN: self._skip_drain,
@@ -95,11 +98,20 @@ class SwapProtocol:
     def step(self) -> None:
         swaps = self._admission.admit_submitted()
         active = active_swap(swaps)
+        self._hold_to_error_budget(active)
         if active is not None:
-            wait = active.state.waits_for(recovery=active.is_recovery)
+            wait = active.state.waits_for(recovery=active.is_recovery, shadow=active.shadow)
             assert wait is not None, active.state
             self.handlers[wait](active, swaps)
         self._clean_up(swaps)
+
+    def _hold_to_error_budget(self, active: SwapRecord | None) -> None:
+        """An automatic rollback's error budget holds the new query of the active swap from its cut on."""
+        allowed = self._settings.rollback_failures
+        if active is None or allowed is None or not (self._rolls_back_itself(active) and active.state.is_past_cut):
+            self._graphs.hold_to_error_budgets({})
+            return
+        self._graphs.hold_to_error_budgets({active.to_query: (allowed, self._settings.rollback_window.s)})
 
     def _log(self, swap: SwapRecord) -> structlog.typing.FilteringBoundLogger:
         return log.bind(swap_id=swap.id, query_id=swap.to_query)  # type: ignore[no-any-return]
@@ -276,6 +288,20 @@ class SwapProtocol:
             )
         return failure is not None
 
+    def _await_promotion(self, swap: SwapRecord, swaps: list[SwapRecord]) -> None:
+        """A shadow runs beside the current query until an operator promotes or aborts it; once
+        promoted, the service graph cuts to it at its next batch or tick, within cut_timeout."""
+        if self._failed_before_cut(swap) or not swap.promote:
+            return
+        waited = self._clock() - self._cut_awaited.setdefault(f"{swap.id}:promote", self._clock())
+        if waited > self._settings.cut_timeout.s:
+            self._fail(
+                swap,
+                f"promoted, but no cut within {self._settings.cut_timeout} (cut_timeout): the service graph routed "
+                f"no batch; check that events reach topic {self._settings.source_topic}, then resubmit",
+                ReasonCode.CUT_TIMEOUT,
+            )
+
     def _await_cut(self, swap: SwapRecord, swaps: list[SwapRecord]) -> None:
         """The service graph takes the cut; the executor watches the new query and the deadline."""
         if self._failed_before_cut(swap):
@@ -415,28 +441,68 @@ class SwapProtocol:
                 if deployed_by is not None
                 else "fix the cause, then restart `hotswap run` to resume it from its checkpoint"
             )
-            message = (
-                f"query {record.query_id} kept failing after {self._settings.query_restarts} restarts ({reason}); "
-                f"its input waits in topic {record.topic}: {way_out}"
-            )
+            if self._graphs.under_error_budget(record.query_id):
+                failure = f"query {record.query_id} failed more often than its error budget allows ({reason})"
+            else:
+                failure = (
+                    f"query {record.query_id} kept failing after {self._settings.query_restarts} restarts ({reason})"
+                )
+            message = f"{failure}; its input waits in topic {record.topic}: {way_out}"
             swap = next(
                 (s for s in swaps if s.to_query == record.query_id and s.state.is_draining and not s.state.is_stranded),
                 None,
             )
             if swap is None:
                 log.error("query failed", query_id=record.query_id, error=message)
+                self._roll_back_completed(record, swaps, failure)
                 continue
             current = CurrentQuery(query_id=record.query_id, started_at=record.started_at or now_ms())
+            back = self._automatic_rollback(swap, swaps, failure)
+            if back is not None:
+                message = f"{failure}; rolled back automatically by swap {back.id}"
             stranded = self._journal.advance(
                 swap,
                 SwapPhase.STRANDED,
                 error=message,
                 reason_code=ReasonCode.QUERY_FAILED_AFTER_CUT,
                 when=lambda r: r.state.is_draining and not r.state.is_stranded,
-                also=Also(current=current),
+                also=Also(current=current, creates=back),
             )
             if stranded is not None:
                 log.error("swap stranded after its cut", swap_id=swap.id, query_id=record.query_id, error=message)
+                if back is not None:
+                    self._log(back).warning("automatic rollback queued", rolls_back=swap.id, cause=back.cause)
+
+    def _roll_back_completed(self, record: GraphRecord, swaps: list[SwapRecord], failure: str) -> None:
+        """A query serving since its swap completed, failed for good: a swap with auto-rollback is
+        rolled back now, the swap back taking over its buffer (as `hotswap rollback` would)."""
+        current = self._graphs.current()
+        done = next((s for s in reversed(swaps) if s.to_query == record.query_id), None)
+        if done is None or done.state is not SwapPhase.COMPLETED or current is None:
+            return
+        if current.query_id != record.query_id:
+            return
+        back = self._automatic_rollback(done, swaps, failure)
+        if back is not None:
+            self._journal.create(back)
+            self._log(back).warning("automatic rollback queued", rolls_back=done.id, cause=back.cause)
+
+    def _rolls_back_itself(self, swap: SwapRecord) -> bool:
+        """Submitted with --auto-rollback, or the namespace's default says so; never a rollback itself
+        (rolling a rollback back would only bring back the query that failed)."""
+        return (swap.auto_rollback or self._settings.auto_rollback) and swap.rollback_of is None
+
+    def _automatic_rollback(self, swap: SwapRecord, swaps: list[SwapRecord], reason: str) -> SwapRecord | None:
+        """For a swap with auto-rollback, stranded now: the swap back to its previous query, which
+        takes over its buffer (queued in the write that strands it, so a crash cannot lose it)."""
+        if not self._rolls_back_itself(swap) or swap.from_query is None:
+            return None
+        if any(other.rollback_of == swap.id or other.recovers == swap.id for other in swaps):
+            return None
+        previous = self._graphs.get(swap.from_query)
+        if previous is None:
+            return None
+        return rollback_swap(swap, previous, takes_over=True, cause=f"automatic rollback of swap {swap.id}: {reason}")
 
     # -- clean-up ---------------------------------------------------------------------------
     def _clean_up(self, swaps: list[SwapRecord]) -> None:
@@ -446,6 +512,7 @@ class SwapProtocol:
         for swap_id in self._open_ids - open_ids:
             self._deploy_began.pop(swap_id, None)
             self._cut_awaited.pop(swap_id, None)
+            self._cut_awaited.pop(f"{swap_id}:promote", None)
             ended = self._journal.find(swap_id)
             if ended is not None and ended.state.is_terminal and not ended.state.is_done:
                 self._remove_graph_of(ended)

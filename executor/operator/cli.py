@@ -17,7 +17,7 @@ from hotswap.contract.settings import Settings, load_settings
 from hotswap.contract.source import AvroWire, EpochUnit, SourceFormat
 from hotswap.executor.logs import configure_logging
 from hotswap.executor.operator.failures import operator_errors
-from hotswap.executor.operator.render import console, iso, render_history, render_plan, render_status
+from hotswap.executor.operator.render import console, iso, render_diff, render_history, render_plan, render_status
 from hotswap.executor.operator.stack_cli import stack_app
 
 E = TypeVar("E", bound=StrEnum)
@@ -244,6 +244,22 @@ def submit(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the swap record (or the dry run's plan) as JSON.")
     ] = False,
+    auto_rollback: Annotated[
+        bool,
+        typer.Option(
+            "--auto-rollback",
+            help="Roll back on its own if the new query fails for good after its cut (or over the error budget "
+            "HOTSWAP_ROLLBACK_FAILURES within HOTSWAP_ROLLBACK_WINDOW).",
+        ),
+    ] = False,
+    shadow: Annotated[
+        bool,
+        typer.Option(
+            "--shadow",
+            help="Run it as a shadow beside the current query (its results to its own topic) until `hotswap promote "
+            "ID`; compare with `hotswap diff ID`, drop with `hotswap abort ID`.",
+        ),
+    ] = False,
     namespace: NamespaceOpt = None,
 ) -> None:
     """Submit a replacement query. Prints the swap id; a rejected query prints the reason.
@@ -265,7 +281,17 @@ def submit(
             typer.echo(f"hotswap: rejected: {plan.reason}", err=True)
             raise typer.Exit(1)
         return
-    swap = client.submit(file, name, fix=fix, source_schema=source_schema, avro_schema=avro_schema)
+    if shadow and (wait or fix is not None):
+        raise typer.BadParameter("--shadow runs until `hotswap promote`: it takes neither --wait nor --fix")
+    swap = client.submit(
+        file,
+        name,
+        fix=fix,
+        source_schema=source_schema,
+        avro_schema=avro_schema,
+        auto_rollback=auto_rollback,
+        shadow=shadow,
+    )
     if not as_json:
         typer.echo(swap.id)
     if wait:
@@ -293,6 +319,55 @@ def abort(
 
     record = Client(ctx.obj.settings(namespace=namespace)).abort(swap_id)
     typer.echo(f"aborted {record.id}")
+
+
+@app.command()
+@operator_errors
+def diff(
+    ctx: typer.Context,
+    swap_id: Annotated[str, typer.Argument(help="The shadow's swap id.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    tolerance: Annotated[
+        float, typer.Option(help="Relative tolerance for floating-point values (with the same absolute floor).")
+    ] = 1e-9,
+    namespace: NamespaceOpt = None,
+) -> None:
+    """Compare a shadow's results with the current version's, window by window, since its start S.
+
+    Exit codes: 0 compared (whatever the differences); 1 not a shadow, not started, or Redis or Kafka unreachable (one
+    line on stderr); 2 a usage error.
+    """
+    from hotswap.executor.operator.client import Client
+
+    summary = Client(ctx.obj.settings(namespace=namespace)).diff(swap_id, tolerance)
+    if as_json:
+        typer.echo(summary.model_dump_json(indent=2))
+    else:
+        render_diff(summary)
+
+
+@app.command()
+@operator_errors
+def promote(
+    ctx: typer.Context,
+    swap_id: Annotated[str, typer.Argument(help="The shadow's swap id.")],
+    wait: Annotated[bool, typer.Option("--wait", help="Wait until the swap completes.")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait with --wait.")] = 600.0,
+    namespace: NamespaceOpt = None,
+) -> None:
+    """Promote a shadow: cut to it at the service graph's next batch, with no deploy (it already runs).
+
+    Exit codes: 0 promoted (with --wait: the swap completed); 1 not a running shadow, the swap failed or timed out, or
+    Redis unreachable (one line on stderr); 2 a usage error.
+    """
+    from hotswap.executor.operator.client import Client
+
+    client = Client(ctx.obj.settings(namespace=namespace))
+    client.promote(swap_id)
+    typer.echo(f"promoting {swap_id}: the cut comes at the service graph's next batch")
+    if wait:
+        done = client.wait_until_done(swap_id, timeout)
+        typer.echo(f"completed: {done.from_query} -> {done.to_query}, cut at {iso(done.cut_window_end)}", err=True)
 
 
 @app.command()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from hotswap.contract.models import (
     GraphState,
     NamespaceRecord,
     QuerySource,
+    ShadowDiff,
 )
 from hotswap.contract.names import Keys
 from hotswap.contract.phases import clock
@@ -50,8 +50,11 @@ from hotswap.contract.status import (
 )
 from hotswap.contract.windows import Windowing
 from hotswap.execution_graph.source import load_query_source
+from hotswap.executor.control.recovery import new_swap_id, rollback_swap
 from hotswap.executor.control.waits import start_blocker, waiting_for
 from hotswap.executor.errors import ExecutorError, SubmitRejected, SwapFailed
+from hotswap.service_sink.audit import read_results
+from hotswap.service_sink.diff import compare
 
 
 def redis_client(settings: Settings, retries: int = 40) -> redis.Redis:
@@ -104,6 +107,8 @@ class Client:
         fix: str | None = None,
         source_schema: str | None = None,
         avro_schema: Path | None = None,
+        auto_rollback: bool = False,
+        shadow: bool = False,
     ) -> SwapRecord:
         """Queue a swap and return once the executor has validated it; raises SubmitRejected.
 
@@ -111,11 +116,21 @@ class Client:
         it forward: it takes over the failed query's buffer for every window that query did not emit.
         `source_schema` (DDL) or `avro_schema` (an .avsc file) declare the schema this version reads;
         without them it reads the schema of the query it replaces.
+        With `auto_rollback`, the executor rolls the swap back itself if its new query fails for good
+        after the cut (README, "Automatic rollback"). With `shadow`, the query runs beside the current
+        one, its results to its own topic, until `promote` (README, "Shadow runs").
         """
         source = _declared_source(path, name, source_schema, avro_schema)
         if fix is not None:
             self._to_take_over(fix, "fixed forward")
-        swap = SwapRecord(id=uuid.uuid4().hex[:10], to_query=source.name, source=source, recovers=fix)
+        swap = SwapRecord(
+            id=new_swap_id(),
+            to_query=source.name,
+            source=source,
+            recovers=fix,
+            auto_rollback=auto_rollback,
+            shadow=shadow,
+        )
         return self._queue(swap, validation_timeout_s)
 
     def _to_take_over(self, swap_id: str, what: str) -> SwapRecord:
@@ -168,14 +183,7 @@ class Client:
         previous = read_graphs_named(self._redis, self._keys, [swap.from_query]).get(swap.from_query)
         if previous is None:
             raise ExecutorError(f"the journal has no record of query {swap.from_query}; submit its file instead")
-        back = SwapRecord(
-            id=uuid.uuid4().hex[:10],
-            to_query=previous.source.name,
-            source=previous.source,
-            rollback_of=swap_id,
-            recovers=recovers,
-        )
-        return self._queue(back, validation_timeout_s)
+        return self._queue(rollback_swap(swap, previous, takes_over=recovers is not None), validation_timeout_s)
 
     def _queue(self, swap: SwapRecord, validation_timeout_s: float) -> SwapRecord:
         """Add a swap to the journal and return once the executor has validated it."""
@@ -258,6 +266,7 @@ class Client:
                     s,
                     waiting_for(s, swaps, service, graphs, committed, start_blocker(current, graphs, swaps, s)),
                     swaps,
+                    self._last_diff(s) if s.shadow else None,
                 )
                 for s in swaps
             ],
@@ -305,6 +314,61 @@ class Client:
     def graph_records(self) -> dict[str, GraphRecord]:
         return read_graphs(self._redis, self._keys)
 
+    # -- shadows ------------------------------------------------------------------------------
+    def promote(self, swap_id: str) -> SwapRecord:
+        """Ask for a shadow's promotion: the service graph cuts to it at its next batch or tick."""
+        promoted = self.journal.request_promotion(swap_id)
+        if promoted is None:
+            swap = self.journal.get(swap_id)
+            raise ExecutorError(
+                f"swap {swap_id} is {swap.state}; only a shadow that has started (`shadowing`) can be promoted"
+                if swap.shadow
+                else f"swap {swap_id} is not a shadow; submit the query with --shadow to run it beside the current one"
+            )
+        return promoted
+
+    def diff(self, swap_id: str, tolerance: float = 1e-9) -> ShadowDiff:
+        """A shadow's results against the current version's, for every window both closed since S.
+
+        Reads the results topic and the shadow's results topic from their start (service_sink.diff),
+        and keeps the summary for `status`."""
+        swap = self.journal.get(swap_id)
+        if not swap.shadow:
+            raise ExecutorError(f"swap {swap_id} is not a shadow; `hotswap diff` compares a shadow (submit --shadow)")
+        if swap.shadow_since is None or swap.from_query is None:
+            raise ExecutorError(f"shadow {swap_id} has not started yet (it is {swap.state}); try again in a moment")
+        graphs = read_graphs_named(self._redis, self._keys, [swap.from_query, swap.to_query])
+        current, shadow = graphs.get(swap.from_query), graphs.get(swap.to_query)
+        if current is None or shadow is None or shadow.shadow_results_topic is None:
+            raise ExecutorError(f"the graphs of shadow {swap_id} are not recorded; see `hotswap status`")
+        closed = [self._committed(q) for q in (current.query_id, shadow.query_id)]
+        if swap.cut_window_end is not None:
+            closed.append(swap.cut_window_end)  # the current version answers no window after W
+        known = [c for c in closed if c is not None]
+        closed_through = min(known) if len(known) == len(closed) else swap.shadow_since
+        mine = [r for r in read_results(self.settings) if r.query_id == current.query_id]
+        theirs = read_results(self.settings, topic=shadow.shadow_results_topic)
+        summary = compare(
+            mine,
+            theirs,
+            current_groups=current.group_columns,
+            shadow_groups=shadow.group_columns,
+            since=swap.shadow_since,
+            closed_through=closed_through,
+            tolerance=tolerance,
+            shadow_id=swap_id,
+        )
+        self._redis.set(self._keys.shadow_diff(swap_id), summary.model_dump_json())
+        return summary
+
+    def _committed(self, query_id: str) -> int | None:
+        progress = read_progress(self._redis, self._keys, query_id)
+        return None if progress is None else progress.committed_watermark
+
+    def _last_diff(self, swap: SwapRecord) -> ShadowDiff | None:
+        raw = self._redis.get(self._keys.shadow_diff(swap.id))
+        return None if raw is None else ShadowDiff.model_validate_json(raw)
+
     def progress(self, query_id: str) -> GraphProgress | None:
         return read_progress(self._redis, self._keys, query_id)
 
@@ -325,7 +389,7 @@ class Client:
                 f"no executor is running on namespace {self.settings.namespace!r}; a dry run needs one "
                 "(it validates with Spark): start it with `hotswap run`"
             )
-        request = DryRunRequest(id=uuid.uuid4().hex[:10], source=source)
+        request = DryRunRequest(id=new_swap_id(), source=source)
         pipe = self._redis.pipeline(transaction=True)
         pipe.set(self._keys.dry_run(request.id), request.model_dump_json(), ex=DRY_RUN_TTL_S)
         pipe.lpush(self._keys.dry_runs, request.id)
@@ -354,7 +418,9 @@ def window_owners(swaps: list[SwapRecord], current: str | None) -> list[OwnerSta
     ]
 
 
-def _swap_status(swap: SwapRecord, waiting: str | None, swaps: list[SwapRecord]) -> SwapStatus:
+def _swap_status(
+    swap: SwapRecord, waiting: str | None, swaps: list[SwapRecord], diff: ShadowDiff | None = None
+) -> SwapStatus:
     undoing = next(
         (s for s in swaps if swap.id in (s.rollback_of, s.recovers) and s.state is SwapPhase.COMPLETED), None
     )
@@ -382,6 +448,12 @@ def _swap_status(swap: SwapRecord, waiting: str | None, swaps: list[SwapRecord])
         waiting_for=waiting,
         rollback_of=swap.rollback_of,
         recovers=swap.recovers,
+        auto_rollback=swap.auto_rollback,
+        cause=swap.cause,
+        shadow=swap.shadow,
+        shadow_since=swap.shadow_since,
+        promote=swap.promote,
+        diff=diff,
         note=note,
     )
 

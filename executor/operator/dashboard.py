@@ -18,6 +18,7 @@ from hotswap.contract.status import SwapStatus
 from hotswap.contract.windows import format_duration_ms
 from hotswap.executor.operator.history import swap_history
 from hotswap.executor.operator.observe import Rates, Snapshot, query_schema
+from hotswap.executor.operator.render import diff_line
 
 SWAPS_SHOWN = 6
 REFRESH_MS = 1000
@@ -177,6 +178,8 @@ def _swap_row(swap: SwapStatus, now_ms: int) -> str:
         code = f" [{escape(str(reason_code))}]" if reason_code else ""
         label = "error" if swap.error else ("waiting for" if swap.waiting_for else "note")
         detail_html = f"<div class='{css}'>{label}: {escape(detail)}{code}</div>"
+    if swap.diff is not None:
+        detail_html += f"<div class='muted'>diff: {escape(diff_line(swap.diff))}</div>"
     return (
         f"<div class='swap'><div class='title'>{escape(swap.id)}: {escape(swap.from_query or '?')} → "
         f"{escape(swap.to_query)} · {escape(str(swap.state))}{took}{w}</div>"

@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from hotswap.contract.models import ShadowDiff
 from hotswap.contract.phases import SwapPhase
 from hotswap.contract.plans import DryRunPlan
 from hotswap.contract.settings import Settings
@@ -57,9 +58,12 @@ def render_status(doc: Status) -> None:
             s.state,
             iso(s.cut_window_end),
             " > ".join(p.name for p in s.phases),
-            s.waiting_for or s.note or ("see below" if s.error else ""),
+            " ".join(filter(None, (s.cause, s.waiting_for))) or s.note or ("see below" if s.error else ""),
         )
     console.print(swaps)
+    for s in doc.swaps:
+        if s.diff is not None and not s.state.is_terminal:
+            console.print(f"[bold]diff[/] {diff_line(s.diff)} (`hotswap diff {s.id}` again to refresh)")
     # A failure's reason is one line with its root cause: printed whole, never wrapped in a column.
     for s in doc.swaps:
         if s.error:
@@ -121,3 +125,29 @@ def print_stack(settings: Settings, statuses: list[Any]) -> None:
         run_by = "this stack" if s.managed else ("external" if external.get(s.name) else "-")
         table.add_row(s.name, s.address, str(s.pid or "-"), run_by, "yes" if s.healthy else "NO")
     console.print(table)
+
+
+def render_diff(summary: ShadowDiff) -> None:
+    """`hotswap diff`: a shadow against the current version, for the windows both closed since S."""
+    console.print(diff_line(summary))
+    groups = ", ".join(summary.group_columns) or "-"
+    columns = ", ".join(summary.columns_compared) or "-"
+    console.print(f"matched by window and {groups}; values compared: {columns}")
+    if summary.group_columns_differ:
+        console.print("[yellow]the versions' group columns differ; groups were matched by the ones they share[/]")
+    if summary.examples:
+        table = Table("window start", "window end", "group", "column", "current", "shadow", title="examples")
+        for e in summary.examples:
+            group = ", ".join(f"{k}={v}" for k, v in e.group.items())
+            table.add_row(iso(e.window_start), iso(e.window_end), group, e.column, str(e.current), str(e.shadow))
+        console.print(table)
+
+
+def diff_line(summary: ShadowDiff) -> str:
+    """The summary in one line, as `status`, the live view and the dashboard show it."""
+    return (
+        f"shadow {summary.shadow_id} since {iso(summary.since)}, windows closed through {iso(summary.closed_through)}: "
+        f"{summary.windows_compared} windows, {summary.groups_compared} groups compared, "
+        f"{summary.values_differ} values differ, {summary.only_current} groups only in the current version, "
+        f"{summary.only_shadow} only in the shadow"
+    )

@@ -31,7 +31,7 @@ from hotswap.contract.windows import format_duration_ms
 from hotswap.executor.operator.client import Client
 from hotswap.executor.operator.history import swap_history
 from hotswap.executor.operator.observe import KafkaPositions, Rates, RateWindow, Snapshot, take_snapshot
-from hotswap.executor.operator.render import iso
+from hotswap.executor.operator.render import diff_line, iso
 
 BAR_WIDTH = 40
 
@@ -142,13 +142,15 @@ def _swap_view(snap: Snapshot, swap: SwapStatus, memory: WatchMemory, settings: 
         out.append(Text(f"W = {clock(w)} (event time)", style="bold red"))
     if swap.waiting_for:
         out.append(Text(f"waiting for: {swap.waiting_for}"))
+    if swap.diff is not None:
+        out.append(Text(f"diff: {diff_line(swap.diff)}"))
     if swap.error:
         code = f" [{swap.reason_code}]" if swap.reason_code else ""
         out.append(Text(f"error: {swap.error}{code}", style="red"))
     if entry.ended:
         return out
     # What the phase waits for (the phase table, contract/phases.py) says which progress is measurable.
-    wait = swap.state.waits_for(recovery=swap.is_recovery)
+    wait = swap.state.waits_for(recovery=swap.is_recovery, shadow=swap.shadow)
     if wait is Wait.GRAPH_START and swap.phases:
         # The deploy: from `deploying` until the new graph runs, against deploy_timeout.
         elapsed = max(0, snap.at_ms - swap.phases[-1].at) / 1000

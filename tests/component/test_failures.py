@@ -402,3 +402,35 @@ def test_the_cli_s_exit_message_carries_the_reason_code(world: World) -> None:
         Client(world.settings, world.client).wait_until_done(swap_id, 1)
     assert failed.value.reason_code is ReasonCode.DEPLOY_FAILED
     assert str(failed.value).startswith(f"swap {swap_id} failed (deploy_failed): execution graph b failed to start")
+
+
+CONFLICT = (
+    "[CONCURRENT_STREAM_LOG_UPDATE] Concurrent update to the log. Multiple streaming jobs detected for 39. "
+    "Please make sure only one streaming job accesses a specific checkpoint location at a time."
+)
+
+
+def test_a_checkpoint_still_written_by_a_stalled_executor_is_retried_without_using_up_restarts(world: World) -> None:
+    runner = world.graphs.fake_runner
+    for _ in range(world.settings.query_restarts + 3):  # more conflicts than restarts allowed
+        runner.die("a", CONFLICT)
+        assert world.graphs.supervise() == []
+        world.clock.advance(world.settings.query_restart_backoff.s)  # one back-off: not doubled
+        assert world.graphs.supervise() == []
+    assert runner.restarted.count("a") == world.settings.query_restarts + 3
+    assert world.graph_state("a") is not GraphState.FAILED
+
+
+def test_checkpoint_conflicts_past_the_retry_deadline_count_as_failures(world: World) -> None:
+    runner = world.graphs.fake_runner
+    runner.die("a", CONFLICT)
+    world.graphs.supervise()
+    world.clock.advance(world.settings.retry_deadline.s + 1)
+    given_up = []
+    for attempt in range(world.settings.query_restarts + 1):
+        world.graphs.supervise()  # restarted (the back-off has passed), counted now
+        runner.die("a", CONFLICT)
+        given_up = world.graphs.supervise()
+        world.clock.advance(world.settings.query_restart_backoff.s * 2 ** (attempt + 1))
+    assert [(record.query_id, reason) for record, reason in given_up] == [("a", CONFLICT)]
+    assert world.graph_state("a") is GraphState.FAILED

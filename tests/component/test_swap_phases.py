@@ -36,6 +36,11 @@ EXPECTED_MOVES = {
     (P.DEPLOYED, P.CUT),
     (P.DEPLOYED, P.FAILED),
     (P.DEPLOYED, P.ABORTED),
+    # A shadow: started at S, then promoted (the cut), or its query dies, or it is dropped.
+    (P.DEPLOYED, P.SHADOWING),
+    (P.SHADOWING, P.CUT),
+    (P.SHADOWING, P.FAILED),
+    (P.SHADOWING, P.ABORTED),
     (P.CUT, P.DRAINING),
     (P.CUT, P.STRANDED),
     (P.DRAINING, P.DRAINED),
@@ -64,7 +69,7 @@ FORWARD = [
     P.RETIRED,
     P.COMPLETED,
 ]
-BEFORE_CUT = {P.SUBMITTED, P.VALIDATED, P.DEPLOYING, P.DEPLOYED}
+BEFORE_CUT = {P.SUBMITTED, P.VALIDATED, P.DEPLOYING, P.DEPLOYED, P.SHADOWING}
 PAST_CUT = {P.CUT, P.DRAINING, P.DRAINED, P.RETIRING, P.RETIRED, P.STRANDED}
 TERMINAL = {P.COMPLETED, P.FAILED, P.REJECTED, P.ABORTED, P.ROLLED_BACK, P.FIXED_FORWARD}
 # The old graph still owns the rows before W: routing keeps a cut route to it.
@@ -193,7 +198,7 @@ def test_a_swap_can_be_aborted_until_its_cut_and_never_after() -> None:
 
 def test_a_recorded_cut_is_never_re_decided() -> None:
     into_cut = {phase for phase in SwapPhase if phase.can_become(SwapPhase.CUT)}
-    assert into_cut == {SwapPhase.DEPLOYED}
+    assert into_cut == {SwapPhase.DEPLOYED, SwapPhase.SHADOWING}  # a fresh graph's cut, or a shadow's promotion
     for phase in PAST_CUT:
         assert not any(nxt in BEFORE_CUT for nxt in phase.next_phases), phase
 
@@ -229,10 +234,9 @@ def test_a_refused_condition_writes_nothing_and_returns_none() -> None:
 
 
 def test_every_phase_the_executor_drives_has_a_handler(world: World) -> None:
-    driven = {
-        phase.waits_for(recovery=recovery) for phase in SwapPhase for recovery in (False, True) if phase.is_in_flight
-    }
+    kinds = ((False, False), (True, False), (False, True))  # an ordinary swap, a recovery, a shadow
+    driven = {phase.waits_for(recovery=r, shadow=sh) for phase in SwapPhase for r, sh in kinds if phase.is_in_flight}
     assert set(world.protocol.handlers) == driven
     # And every wait of the table, driven or not, has its status text.
-    waits = {p.waits_for(recovery=r) for p in SwapPhase for r in (False, True)} - {None}
+    waits = {p.waits_for(recovery=r, shadow=sh) for p in SwapPhase for r, sh in kinds} - {None}
     assert waits <= set(WAIT_TEXT)

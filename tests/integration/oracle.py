@@ -175,29 +175,43 @@ class Truth:
         w = int(swap.cut_window_end)
         if swap.recovers is None:
             assert swap.cut_batch is not None, swap
-            assert swap.old_window_ms, swap
-            assert swap.new_window_ms, swap
-            old_size, new_size = swap.old_window_ms, swap.new_window_ms
-            old_slide, new_slide = swap.old_slide_ms or old_size, swap.new_slide_ms or new_size
-            start = self.batches.start_of(swap.cut_batch)
-            routed = [
-                e
-                for e in self.events
-                if e.offset < start.get(e.partition, 0) and e.id not in self.dead and e.id not in self.late
-            ]
-            if routed:
-                largest_end = max(end_of_window(e.ts, self.settings.window.ms) for e in routed)
-                tops: dict[int, int] = {}
-                for e in routed:
-                    tops[e.partition] = max(tops.get(e.partition, e.ts), e.ts)
-                watermark = min(tops.values()) - self.settings.lateness.ms
-                lower = max(largest_end + new_size - new_slide, min(watermark, largest_end + old_size - old_slide))
-                rule = first_multiple_at_or_after(lower, math.lcm(old_slide, new_slide))
-            else:
-                rule = 0
+            since = None
+            if swap.shadow:
+                # A shadow's start S follows the cut rule at its own batch; its promotion's W need only
+                # be at or after S (it holds every row from S on) and the largest routed window end.
+                assert swap.shadow_batch is not None, swap
+                assert swap.shadow_since is not None, swap
+                rule_s = self._rule(swap, swap.shadow_batch, None)
+                assert swap.shadow_since == rule_s, f"shadow {swap.id} started at {swap.shadow_since}; rule: {rule_s}"
+                since = swap.shadow_since
+            rule = self._rule(swap, swap.cut_batch, since)
             assert w == rule, f"swap {swap.id} cut at {w}; the rule gives {rule} (batch {swap.cut_batch})"
         self.checked_cuts.append(w)
         return w
+
+    def _rule(self, swap: SwapRecord, batch: int, shadow_since: int | None) -> int:
+        """The boundary the rule gives for a cut (or a shadow's start) decided before `batch`."""
+        assert swap.old_window_ms, swap
+        assert swap.new_window_ms, swap
+        old_size, new_size = swap.old_window_ms, swap.new_window_ms
+        old_slide, new_slide = swap.old_slide_ms or old_size, swap.new_slide_ms or new_size
+        start = self.batches.start_of(batch)
+        step = math.lcm(old_slide, new_slide)
+        counted = [e for e in self.events if e.id not in self.dead and e.id not in self.late]
+        routed = [e for e in counted if e.offset < start.get(e.partition, 0)]
+        if not routed:
+            return 0 if shadow_since is None else first_multiple_at_or_after(shadow_since, step)
+        largest_end = max(end_of_window(e.ts, self.settings.window.ms) for e in routed)
+        tops: dict[int, int] = {}
+        for e in routed:
+            tops[e.partition] = max(tops.get(e.partition, e.ts), e.ts)
+        watermark = min(tops.values()) - self.settings.lateness.ms
+        old_reach = min(watermark, largest_end + old_size - old_slide)
+        if shadow_since is None:
+            lower = max(largest_end + new_size - new_slide, old_reach)
+        else:
+            lower = max(shadow_since, largest_end, old_reach)
+        return first_multiple_at_or_after(lower, step)
 
 
 def horizon(on_time: Iterable[SourceEvent], lateness_ms: int) -> int:

@@ -81,9 +81,12 @@ def test_a_flushed_redis_stops_the_executor_with_one_line_and_reset_starts_over(
     assert_invariants(results, truth.on_time, versions, [], truth.closed_until, allow_redelivery=True)
 
 
-def test_an_executor_stalled_past_its_lease_is_fenced_off_and_exits_when_it_wakes(
+def test_an_executor_stalled_past_its_lease_during_a_drain_is_fenced_off_and_its_successor_serves_on(
     settings: Settings, client: Client, control: redis.Redis, tmp_path: Path
 ) -> None:
+    """Only the executor's Python process stalls (its Spark JVM runs on, on the same checkpoints),
+    during a drain: the successor takes over without dying of those checkpoints, the stalled one
+    exits 1 when it wakes, and the swap completes."""
     keys = Keys(settings.namespace)
     spec = GeneratorSpec(rate=300, keys=3, seed=52, disorder_ms=300, time_scale=10, start_ts=T0)
     with continuous_load(settings, spec) as load:
@@ -92,6 +95,8 @@ def test_an_executor_stalled_past_its_lease_is_fenced_off_and_exits_when_it_wake
         try:
             stalled.wait_serving(control, keys)
             wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
+            swap = client.submit(MAX_30S)
+            client.wait_for(swap.id, lambda r: r.state.is_past_cut, 120, "cut")
             stalled.process.send_signal(signal.SIGSTOP)  # a long GC pause, as far as Redis can tell
             # The successor waits for the stalled executor's lease (6 s here) to expire, then takes over.
             successor = ExecutorProcess(settings, COUNT_10S, tmp_path)
@@ -103,8 +108,9 @@ def test_an_executor_stalled_past_its_lease_is_fenced_off_and_exits_when_it_wake
             assert isinstance(holder, bytes)
             assert f":{successor.process.pid}:" in holder.decode()
 
-            swap = client.submit(MAX_30S)
             done = client.wait_until_done(swap.id, 180)
+            assert successor.process.poll() is None  # it served on: no restart was needed
+            assert "failed for good" not in successor.log_path.read_text()
             cut = int(done.cut_window_end or 0)
             wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 30_000, 120, "new windows")
             load.stop()
@@ -204,4 +210,41 @@ def test_a_query_failing_for_good_after_its_cut_is_rolled_back_and_then_fixed_fo
         Version(final, 10_000, mean_and_n),
     ]
     # Every window after each W is answered once: by whoever took over the failed query's buffer.
+    assert_invariants(read_results(settings), truth.on_time, versions, cuts, truth.closed_until)
+
+
+def test_a_query_failing_on_a_live_row_after_its_cut_is_rolled_back_on_its_own(
+    settings: Settings, spark: SparkSession, client: Client, tmp_path: Path
+) -> None:
+    """`submit --auto-rollback`: a poison row after the cut, and nobody types `hotswap rollback`."""
+    spec = GeneratorSpec(rate=300, keys=3, seed=61, disorder_ms=300, time_scale=10, start_ts=T0)
+    failing_fast = changed(settings, query_restarts=1, query_restart_backoff="1s")
+
+    def rolled_back(swap_id: str) -> SwapRecord | None:
+        return next((s for s in client.journal.all() if s.rollback_of == swap_id), None)
+
+    with executor_running(failing_fast, spark, COUNT_10S), continuous_load(settings, spec) as load:
+        wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
+        poisoned = client.submit(fails_on_rows(tmp_path, "poisoned"), auto_rollback=True)
+        back = wait_until(lambda: rolled_back(poisoned.id), 180, "the automatic rollback")
+        assert back is not None
+        done = client.wait_until_done(back.id, 180)
+        final = done.to_query
+        wait_until(lambda: committed_watermark(client, final) >= int(done.cut_window_end or 0) + 30_000, 120, "after")
+        load.stop()
+        truth = settle(settings, lambda: committed_watermark(client, final))
+    undone = client.journal.get(poisoned.id)
+    assert undone.state is SwapPhase.ROLLED_BACK
+    assert undone.cut_window_end is not None
+    assert done.recovers == poisoned.id  # it took over the poisoned query's buffer
+    assert done.cause is not None
+    assert done.cause.startswith(f"automatic rollback of swap {poisoned.id}: query poisoned")
+    assert "model server unreachable" in done.cause
+    assert "\n" not in done.cause
+    cuts = [truth.cut(client.journal.get(s.id)) for s in (poisoned, done)]
+    versions = [
+        Version("count_per_key", 10_000, count_and_total),
+        Version("poisoned", 10_000, count_and_total),
+        Version(final, 10_000, count_and_total),
+    ]
     assert_invariants(read_results(settings), truth.on_time, versions, cuts, truth.closed_until)

@@ -145,6 +145,12 @@ def test_status_json_keeps_the_documented_field_names(
         "waiting_for",
         "rollback_of",
         "recovers",
+        "auto_rollback",
+        "cause",
+        "shadow",
+        "shadow_since",
+        "promote",
+        "diff",
         "note",
     }
     assert doc["swaps"][0]["phases"][0]["name"] == "submitted"
