@@ -68,7 +68,8 @@ def render_status(doc: Status) -> None:
     for s in doc.swaps:
         if s.error:
             code = f" [{s.reason_code}]" if s.reason_code else ""
-            console.print(f"swap {s.id} {s.state}: {s.error}{code}", soft_wrap=True)
+            # Not markup: a reason code in brackets ([query_failed_after_cut]) would read as a style tag.
+            console.print(f"swap {s.id} {s.state}: {s.error}{code}", soft_wrap=True, markup=False)
     owners = " | ".join(
         f"{o.query_id} {iso(o.after) if o.after else '…'} .. {iso(o.through) if o.through else '…'}" for o in doc.owners
     )
@@ -93,7 +94,7 @@ def render_history(entries: list[SwapHistory], out: Console = console) -> None:
         spans = " > ".join(p.name + ("" if p.seconds is None else f" {p.seconds:.1f} s") for p in e.phases)
         out.print(f"  {spans}", soft_wrap=True)
         if e.error:
-            out.print(f"  {e.error}" + (f" [{e.reason_code}]" if e.reason_code else ""), soft_wrap=True)
+            out.print(f"  {e.error}" + (f" [{e.reason_code}]" if e.reason_code else ""), soft_wrap=True, markup=False)
 
 
 def render_plan(plan: DryRunPlan) -> None:

@@ -298,7 +298,9 @@ def test_a_stranded_swap_shows_in_every_view_with_its_reason_code_and_the_way_ou
     assert (entry.state, entry.ended, entry.reason_code) == ("stranded", False, "query_failed_after_cut")
     lines = Console(record=True, width=200, color_system=None)
     render_history([entry], lines)
-    assert "s2 b -> c: stranded (waits for a rollback or a fix)" in lines.export_text()
+    listed = lines.export_text()
+    assert "s2 b -> c: stranded (waits for a rollback or a fix)" in listed
+    assert "  query c kept failing after 3 restarts (poison row) [query_failed_after_cut]" in listed
     assert ">stranded<" in page(snap, Rates())
     assert "[query_failed_after_cut]" in page(snap, Rates())
     m = exposition(api)
