@@ -48,7 +48,7 @@ COUNT_10S = REPO / "examples" / "count_per_key.sql"
 MAX_30S = REPO / "examples" / "max_per_key_30s.sql"
 T0 = 1_700_000_000_000
 BROKERS = 3
-BEFORE_DRAIN = (SwapPhase.SUBMITTED, SwapPhase.VALIDATED, SwapPhase.DEPLOYED, SwapPhase.CUT)
+BEFORE_DRAIN = (SwapPhase.SUBMITTED, SwapPhase.VALIDATED, SwapPhase.DEPLOYING, SwapPhase.DEPLOYED, SwapPhase.CUT)
 VERSIONS = [Version("count_per_key", 10_000, count_and_total), Version("max_per_key_30s", 30_000, peak_and_low)]
 
 
