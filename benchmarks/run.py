@@ -10,7 +10,8 @@ unmeasured drain on each side to warm the JVM:
    change by stop-and-restart of the plain query);
 2. throughput rounds, alternating too: the slope of rows processed while each side drains the same
    pre-loaded backlog;
-3. memory and CPU of each process, sampled all along by a process of its own.
+3. the control state's cost per batch with 200 swaps of history against one (benchmarks.control_state);
+4. memory and CPU of each process, sampled all along by a process of its own.
 The generator, the results watcher and the sampler run in child processes (benchmarks.probe), so
 none of them shares the GIL with the executor's foreachBatch. Writes bench/results/<timestamp>.json
 and a PNG beside it. A section that fails is recorded with its error and the rest still runs.
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import REPO, RESULTS_DIR, Bench, Clock, settings_for
+from benchmarks.control_state import run_control_state
 from benchmarks.latency import LiveReport, LiveShape, run_rounds
 from benchmarks.measures import spread
 from benchmarks.plot import draw
@@ -41,6 +43,7 @@ from benchmarks.throughput import run_throughput, warm_up
 from hotswap.contract.models import now_ms
 from hotswap.executor.control.spark_session import build_spark_session
 from hotswap.executor.logs import configure_logging
+from hotswap.executor.operator.client import redis_client
 from hotswap.executor.stack import EmbeddedStack
 
 QUICK = LiveShape(
@@ -152,10 +155,14 @@ def run_bench(quick: bool, shape: LiveShape, backlog: int, throughput_rounds: in
     def warm() -> None:
         results["warm_up"] = warm_up(bench)
 
+    def control_state() -> None:
+        results["control_state"] = run_control_state(spark, redis_client(base))
+
     try:
         section("warm-up", warm)
         section("live", live)
         section("throughput", throughput)
+        section("control state", control_state)
     finally:
         run_ended = now_ms()
         resources.stop()

@@ -74,7 +74,7 @@ end
 return {0}
 """
 
-_COMMANDS = frozenset({"set", "del", "hset", "hdel", "hincrby", "rpush", "lrem", "pexpire"})
+_COMMANDS = frozenset({"set", "del", "incr", "hset", "hdel", "hincrby", "rpush", "lrem", "pexpire"})
 
 
 class Batch:
@@ -114,6 +114,9 @@ class Batch:
 
     def delete(self, key: str) -> Batch:
         return self._queue("del", key)
+
+    def incr(self, key: str) -> Batch:
+        return self._queue("incr", key)
 
     def hset(self, key: str, field: str, value: bytes | str) -> Batch:
         return self._queue("hset", key, field, value)

@@ -8,7 +8,9 @@ the swap a rollback undoes) in one fenced write (contract/fence.py).
 
 Reads that the executor and the service graph make on every tick or batch do not grow with the
 namespace's history: `open()` reads the swaps that are not over (an index kept in the same write as
-each transition), in one round trip. `all()` reads every swap, for history and status.
+each transition), in one round trip. `all()` reads every swap, for history and status; a reader
+that derives something from all of them (a graph's owned windows) keeps it until `version()`, a
+counter every journal write increments, moves.
 """
 
 from __future__ import annotations
@@ -186,6 +188,10 @@ class Journal:
         submission order, in one round trip: what the executor's tick and the service graph read."""
         return self._listed(self._keys.open_swaps)
 
+    def version(self) -> int:
+        """How many writes the journal has had (0 before the first): unchanged means nothing in it changed."""
+        return int(self._redis.get(self._keys.journal_version) or 0)
+
     def _listed(self, list_key: str) -> list[SwapRecord]:
         raws = self._redis.register_script(_READ_LISTED)(keys=[list_key], args=[self._keys.swap("")])
         return [SwapRecord.model_validate_json(raw) for raw in raws]
@@ -206,6 +212,7 @@ class Journal:
             .set(self._keys.swap(record.id), first.model_dump_json())
             .rpush(self._keys.swaps, record.id)
             .rpush(self._keys.open_swaps, record.id)
+            .incr(self._keys.journal_version)
         )
         return first
 
@@ -298,6 +305,7 @@ class Journal:
                 Batch().expect(self._keys.swap(swap_id), raw).set(self._keys.swap(swap_id), updated.model_dump_json())
             )
             self._index(batch, updated)
+            batch.incr(self._keys.journal_version)
             if also.relabel is not None and relabel_raw is not None:
                 other = SwapRecord.model_validate_json(relabel_raw)
                 if other.state is not also.relabel[1]:  # already recorded: nothing to relabel
@@ -347,5 +355,5 @@ class Journal:
                 batch.set(self._keys.swap(swap.id), swap.model_dump_json())
             if not swap.state.is_terminal:
                 batch.rpush(self._keys.open_swaps, swap.id)
-        batch.set(self._keys.journal_format, "2")
+        batch.set(self._keys.journal_format, "2").incr(self._keys.journal_version)
         return write(self._redis, self._fence, batch)

@@ -66,6 +66,12 @@ class Keys:
         """Set once the journal keeps the index of open swaps (namespaces from before it get it built)."""
         return f"{self.prefix}:journal-format"
 
+    @property
+    def journal_version(self) -> str:
+        """A counter every journal write increments: a reader that caches what it derived from the
+        journal (a graph's owned windows) reads this one number per batch, not the whole history."""
+        return f"{self.prefix}:journal-version"
+
     def swap(self, swap_id: str) -> str:
         return f"{self.prefix}:swap:{swap_id}"
 

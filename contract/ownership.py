@@ -89,3 +89,25 @@ def read_owned_windows(client: redis.Redis, keys: Keys, graph: GraphRecord) -> O
     current = read_current(client, keys)
     owners = window_owners(Journal(client, keys).all(), current.query_id if current else None)
     return owned_windows(owners, graph)
+
+
+class OwnershipReader:
+    """A graph's owned windows for its result writer, once per batch, at a cost that does not grow
+    with the namespace's history: one round trip reads the journal's version and the current query,
+    and the whole journal is read again only when one of them moved (a swap written, a query made
+    current). Ownership depends on nothing else, so the cached answer is the one a full read gives."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, graph: GraphRecord) -> None:
+        self._redis = client
+        self._keys = keys
+        self._graph = graph
+        self._seen: tuple[object, object] | None = None
+        self._owned = OwnedWindows(())
+
+    def __call__(self) -> OwnedWindows:
+        version, current = self._redis.mget([self._keys.journal_version, self._keys.current])
+        if self._seen != (version, current):
+            # Read before deciding, so a write landing in between makes the next batch read again.
+            self._owned = read_owned_windows(self._redis, self._keys, self._graph)
+            self._seen = (version, current)
+        return self._owned

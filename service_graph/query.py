@@ -36,7 +36,7 @@ from hotswap.contract.journal import Journal, SwapPhase, SwapRecord, active_swap
 from hotswap.contract.lifecycle import RestartBudget, stop_between_batches
 from hotswap.contract.models import GraphRecord, RoutingPlan, ServiceState, now_ms
 from hotswap.contract.names import Keys
-from hotswap.contract.records import read_current, read_graphs, read_service_state
+from hotswap.contract.records import read_current, read_graphs_named, read_service_state
 from hotswap.contract.settings import Settings
 from hotswap.contract.source import SourceFormat, SourceSpec
 from hotswap.contract.windows import reached_cut
@@ -234,14 +234,13 @@ class ServiceGraph:
         fenced_write(self._redis, self._fence, queue)
         return plan
 
-    # The swaps read per batch and per tick are the open ones (the journal's index): what routing
-    # needs, and a read that does not grow with the namespace's history (routing_swap explains why
-    # the ended ones are not needed).
+    # The swaps read per batch and per tick are the open ones (the journal's index), and the graphs
+    # those name: what routing needs, and reads that do not grow with the namespace's history
+    # (routing_swap explains why the ended ones are not needed).
     def _next_plan(
         self, batch_id: int, state: ServiceState, swaps: list[SwapRecord], ahead_after: int | None = None
     ) -> RoutingPlan:
-        graphs = self._graphs()
-        current = self._current(graphs)
+        graphs, current = self._graphs(swaps)
         return plan_batch(
             batch_id, state, current, routing_swap(swaps), graphs, ahead_after=ahead_after, shadow=shadowing_swap(swaps)
         )
@@ -330,12 +329,15 @@ class ServiceGraph:
     def _load_state(self) -> ServiceState:
         return read_service_state(self._redis, self._keys)
 
-    def _graphs(self) -> dict[str, GraphRecord]:
-        return read_graphs(self._redis, self._keys)
-
-    def _current(self, graphs: dict[str, GraphRecord]) -> GraphRecord | None:
+    def _graphs(self, swaps: list[SwapRecord]) -> tuple[dict[str, GraphRecord], GraphRecord | None]:
+        """The records of the graphs routing can name (the current one and those of the open swaps),
+        and the current one: a read that does not grow with the retired graphs of past swaps."""
         current = read_current(self._redis, self._keys)
-        return None if current is None else graphs.get(current.query_id)
+        named = [current.query_id] if current is not None else []
+        for swap in swaps:
+            named += [swap.to_query, *([swap.from_query] if swap.from_query else [])]
+        graphs = read_graphs_named(self._redis, self._keys, named)
+        return graphs, None if current is None else graphs.get(current.query_id)
 
     def _record(self, before: ServiceState, after: ServiceState, stats: BatchStats) -> None:
         counts: dict[str, int] = {}

@@ -20,7 +20,7 @@ from hotswap.contract.fence import Batch, Fence, fenced_write
 from hotswap.contract.lifecycle import RestartBudget
 from hotswap.contract.models import CurrentQuery, GraphRecord, GraphState, QuerySource, now_ms
 from hotswap.contract.names import Keys
-from hotswap.contract.ownership import read_owned_windows
+from hotswap.contract.ownership import OwnershipReader
 from hotswap.contract.records import read_current, read_graphs, read_graphs_named
 from hotswap.contract.settings import Settings
 from hotswap.contract.source import LEGACY_SOURCE, SourceFormat, SourceSpec
@@ -250,7 +250,7 @@ class Graphs:
             record.query_id,
             record.group_columns,
             check,
-            owned=lambda: read_owned_windows(self._redis, self._keys, record),
+            owned=OwnershipReader(self._redis, self._keys, record),
             key_window_end=record.windowing.sliding,
             unowned_topic=record.shadow_results_topic,
         )

@@ -180,8 +180,11 @@ def test_targets_judge_the_median_of_the_rounds() -> None:
     assert got["swap_overhead_over_floor_s"]["met"] is True
 
 
-def test_control_state_target_is_left_open_with_its_reason() -> None:
-    got = targets({})["control_state_cost_flat"]
-    assert got["value"] is None
-    assert got["met"] is None
-    assert "200" in got["reason"]
+def test_control_state_target_is_judged_on_the_ratio_of_200_swaps_to_one() -> None:
+    assert targets({})["control_state_cost_flat"]["met"] is None  # not measured: neither met nor missed
+    measured = {"ratio": 1.04, "flat": True, "median_ms": {"1": {"service_batch_ms": 2.3}, "200": {"x": 2.4}}}
+    got = targets({"control_state": measured})["control_state_cost_flat"]
+    assert (got["value"], got["met"]) == (1.04, True)
+    assert (
+        targets({"control_state": {**measured, "ratio": 1.3, "flat": False}})["control_state_cost_flat"]["met"] is False
+    )

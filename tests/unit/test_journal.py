@@ -146,3 +146,17 @@ def test_a_cut_can_carry_the_batch_s_other_writes_in_its_own_write() -> None:
     journal.advance("s", SwapPhase.ABORTED, when=lambda r: r.state.is_before_cut)  # refused: nothing written
     assert journal.record_cut("s", 90_000, 8, also=Also(queue=lambda b: b.set(keys.routing_plan(8), "{}"))) is None
     assert client.get(keys.routing_plan(8)) is None
+
+
+def test_every_journal_write_moves_its_version(journal: Journal) -> None:
+    seen = [journal.version()]
+    journal.create(SwapRecord(id="a", to_query="q2"))
+    seen.append(journal.version())
+    journal.advance("a", SwapPhase.VALIDATED)
+    seen.append(journal.version())
+    journal.update("a", error="x")
+    seen.append(journal.version())
+    assert seen == sorted(set(seen))  # each write, a new and larger number
+    assert len(seen) == 4
+    assert journal.advance("a", SwapPhase.DEPLOYING, when=lambda _: False) is None
+    assert journal.version() == seen[-1]  # nothing written, nothing moved
