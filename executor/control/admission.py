@@ -148,10 +148,12 @@ class Admission:
                 analysis = self._analysis = self._start(swap, swap.source, self._basis(swap, swaps))
             if not analysis.future.done():
                 return None
-            self._analysis = None
             # Checked again now: the swap before it may have been aborted, or failed, meanwhile.
             if analysis.swap_id == swap.id and analysis.basis == self._basis(swap, swaps):
-                return self._decide(swap, swaps, analysis) or self._journal.get(swap.id)
+                decided = self._decide(swap, swaps, analysis)
+                self._analysis = None  # kept until then: a failed write is retried next step, not re-analysed
+                return decided or self._journal.get(swap.id)
+            self._analysis = None
             log.info(
                 "validation result dropped: its swap or the query it replaces changed meanwhile",
                 swap_id=analysis.swap_id,

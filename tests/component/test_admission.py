@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from structlog.testing import capture_logs
 
 from hotswap.contract.journal import SwapPhase, SwapRecord
 from hotswap.contract.reasons import ReasonCode
@@ -77,8 +78,12 @@ def test_the_loop_drives_the_running_swap_while_a_submitted_query_is_analysed(
     assert world.state(b) is SwapPhase.SUBMITTED
 
     held.set()
-    validated = step_until_decided(world, b)
+    with capture_logs() as logs:
+        validated = step_until_decided(world, b)
     assert validated.state in (SwapPhase.VALIDATED, SwapPhase.DEPLOYING)
+    said = [e for e in logs if e["event"] == "swap validated"]
+    assert [(e["swap_id"], e["from_query"]) for e in said] == [(b, "x")]
+    assert said[0]["validate_s"] >= 0  # how long the analysis took
     assert validated.new_window_ms == 60_000
     assert world.graphs.validated == ["x", "b"]  # x's completion did not change what b replaces: analysed once
     assert world.deploy(b).from_query == "x"
