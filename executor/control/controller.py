@@ -248,6 +248,8 @@ class Executor:
         # After a lost lease or lost control state, these records are not ours to write.
         with contextlib.suppress(redis.RedisError, HotswapError):
             self._enter(ExecutorPhase.STOPPING)
+        if self._swaps is not None:
+            self._swaps.close()  # a validation in progress is abandoned, after a short bound at most
         for action in (self.service.stop, self.graphs.runner.stop_all, self._topics.close, self._stopped):
             try:
                 action()

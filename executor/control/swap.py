@@ -1,19 +1,20 @@
 """The swap protocol, driven by the executor one step per loop.
 
-The phases and their moves are the table in contract/phases.py. Each step the executor validates
-submitted swaps (admission.py), then acts on the one active swap (`active_swap`) through the handler
-of what that swap's phase waits for: one handler per wait, no second dispatch. The service graph
-takes the cut and records `draining`, because both must happen at a micro-batch boundary of its
-own query (or at a tick between batches).
+The phases and their moves are the table in contract/phases.py. Each step the executor decides the
+submitted swaps whose validation is done and starts the next one's (admission.py: the analysis runs
+on a worker thread, the decision is written on the loop), then acts on the one active swap
+(`active_swap`) through the handler of what that swap's phase waits for: one handler per wait, no
+second dispatch. The service graph takes the cut and records `draining`, because both must happen
+at a micro-batch boundary of its own query (or at a tick between batches).
 
 Every action follows the write that records it: `deploying` (with the graph record) before the new
 query starts, `retiring` before the old query stops, `stranded` (with the current query) before
-anything else changes after a failure past the cut. No handler blocks the loop: a deploy starts
-the query on one step and checks, on later steps, whether it runs (`deploy_timeout` is measured on
-the monotonic clock across steps).
+anything else changes after a failure past the cut. Nothing in a step blocks the loop: a validation
+or a deploy starts on one step, and later steps check, without waiting, whether it is done
+(`deploy_timeout` is measured on the monotonic clock across steps).
 
 Swaps run one at a time, in submission order (the order of the journal's list, which Redis appends
-to atomically): a submit that arrives during a running swap is validated at once and queued. A
+to atomically): a submit that arrives during a running swap is validated while it runs, and queued. A
 queued swap is bound to the query it replaces only when its turn comes: then the current query is
 its predecessor, and the window sizes are checked again against it, so an earlier swap that was
 aborted or failed never strands it.
@@ -39,7 +40,7 @@ from hotswap.contract.settings import Settings
 from hotswap.contract.windows import Windowing, first_row_needed, format_duration_ms, reached_cut, window_start
 from hotswap.execution_graph.errors import GraphStartFailed, QueryRejected
 from hotswap.execution_graph.validation import check_cuttable
-from hotswap.executor.control.admission import Admission
+from hotswap.executor.control.admission import Admission, Worker, on_own_thread
 from hotswap.executor.control.graphs import Graphs
 from hotswap.executor.control.recovery import rollback_swap
 from hotswap.executor.control.waits import graphs_to_start, start_blocker
@@ -67,13 +68,14 @@ class SwapProtocol:
         progress: Progress,
         fence: Fence | None = None,
         clock: Callable[[], float] = time.monotonic,
+        worker: Worker = on_own_thread,
     ) -> None:
         self._settings = settings
         self._clock = clock  # measures the deploy and the wait for a cut (tests move it by hand)
         self._keys = Keys(settings.namespace)
         self._journal = Journal(client, self._keys, fence)
         self._graphs = graphs
-        self._admission = Admission(settings, self._journal, graphs)
+        self._admission = Admission(settings, self._journal, graphs, worker)
         self._progress = progress
         self._deploy_began: dict[str, float] = {}
         self._cut_awaited: dict[str, float] = {}
@@ -104,6 +106,10 @@ class SwapProtocol:
             assert wait is not None, active.state
             self.handlers[wait](active, swaps)
         self._clean_up(swaps)
+
+    def close(self) -> None:
+        """The executor stops: a validation in progress is abandoned (its swap stays `submitted`)."""
+        self._admission.close()
 
     def _hold_to_error_budget(self, active: SwapRecord | None) -> None:
         """An automatic rollback's error budget holds the new query of the active swap from its cut on."""

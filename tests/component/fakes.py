@@ -5,8 +5,10 @@ cut and drain (its tick, over the real routing core) are the real ones."""
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Callable
-from typing import Any, cast
+from concurrent.futures import Future
+from typing import Any, TypeVar, cast
 
 import fakeredis
 from pyspark.sql import SparkSession
@@ -30,6 +32,7 @@ from hotswap.contract.source import SourceSpec
 from hotswap.contract.windows import Windowing
 from hotswap.execution_graph.errors import GraphStartFailed, QueryRejected
 from hotswap.execution_graph.validation import QueryShape, check_cuttable
+from hotswap.executor.control.admission import Worker
 from hotswap.executor.control.graphs import Graphs
 from hotswap.executor.control.swap import SwapProtocol
 from hotswap.executor.control.topics import Topics
@@ -39,6 +42,22 @@ from hotswap.service_graph.routing import Marker
 
 # Never touched: the parts of Graphs that need Spark (validation, the runner) are faked below.
 NO_SPARK = cast(SparkSession, None)
+# The longest a held validation waits for its release, so a broken test fails instead of hanging.
+HOLD_LIMIT_S = 30.0
+
+T = TypeVar("T")
+
+
+def at_once(work: Callable[[], T], name: str) -> Future[T]:
+    """A worker that runs an analysis on the caller's thread: it is done when the step looks at it,
+    so each step decides every submitted swap, as the executor's loop does when analyses are quick.
+    (Tests of the loop not waiting for an analysis use the executor's own worker thread.)"""
+    future: Future[T] = Future()
+    try:
+        future.set_result(work())
+    except BaseException as exc:  # noqa: BLE001 - handed on, as a worker thread does
+        future.set_exception(exc)
+    return future
 
 
 class ManualClock:
@@ -159,8 +178,20 @@ class SparklessGraphs(Graphs):
         self.validated: list[str] = []
         self.refuse: dict[str, str] = {}  # query name -> the one-line reason validation gives
         self.crash: dict[str, Exception] = {}  # query name -> what the user's code raises while analysed
+        self.hold: dict[str, threading.Event] = {}  # query name -> its analysis lasts until this is set
+        self.analysing: set[str] = set()  # queries whose analysis has begun and not ended
 
     def validate(self, source: QuerySource, running_window_ms: int | None, reads: SourceSpec) -> QueryShape:
+        self.analysing.add(source.name)
+        try:
+            return self._analyse(source, running_window_ms)
+        finally:
+            self.analysing.discard(source.name)
+
+    def _analyse(self, source: QuerySource, running_window_ms: int | None) -> QueryShape:
+        held = self.hold.get(source.name)
+        if held is not None and not held.wait(HOLD_LIMIT_S):
+            raise AssertionError(f"the analysis of {source.name!r} was never released")
         self.validated.append(source.name)
         if source.name in self.refuse:
             raise QueryRejected(self.refuse[source.name])
@@ -219,14 +250,14 @@ class World:
     taking cuts and recording the drain on its tick (with Spark and Kafka faked), and a helper that
     plays the service sink (progress reports)."""
 
-    def __init__(self, settings: Settings, client: fakeredis.FakeRedis | None = None) -> None:
+    def __init__(self, settings: Settings, client: fakeredis.FakeRedis | None = None, worker: Worker = at_once) -> None:
         self.settings = settings
         self.keys = Keys(settings.namespace)
         self.client = client or fakeredis.FakeRedis()
         self.clock = ManualClock()
         self.graphs = SparklessGraphs(settings, self.client, self.clock)
         self.reporter = FakeReporter()
-        self.protocol = SwapProtocol(settings, self.client, self.graphs, self.reporter, clock=self.clock)
+        self.protocol = SwapProtocol(settings, self.client, self.graphs, self.reporter, clock=self.clock, worker=worker)
         self.journal = Journal(self.client, self.keys)
         self.service = ServiceGraph(NO_SPARK, settings, self.client)
         self.service.query = cast(StreamingQuery, ActiveQuery())
