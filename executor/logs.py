@@ -56,17 +56,24 @@ class BatchFunctionErrors(logging.Filter):
 
 
 class RetriedKafkaErrors(logging.Filter):
-    """kafka-python 3 logs two transient errors at ERROR although its client retries them at once:
-    a failed metadata refresh ("Metadata refresh: failed Transport closed for writes"), and a send on
-    a connection the broker already closed ("Error sending request data: [Errno 32] Broken pipe",
-    with a traceback). A failure that persists surfaces as the operation that needed it failing,
-    which hotswap reports in one line. So both records go to debug."""
+    """kafka-python 3 logs transient errors at ERROR although its client retries them at once, or
+    they concern a connection already closed: a failed metadata refresh ("Metadata refresh: failed
+    Transport closed for writes"), a send on a connection the broker already closed ("Error sending
+    request data: [Errno 32] Broken pipe", with a traceback), and a read task that wakes after its
+    own connection closed ("Unhandled exception in task ...: ValueError: Invalid file descriptor: -1",
+    with two tracebacks; seen once in `make demo`). A failure that persists surfaces as the operation
+    that needed it failing, which hotswap reports in one line. So these records go to debug."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
         refresh = record.msg == "Metadata refresh: failed %s"
         lost = "Error sending request data" in str(record.msg) and isinstance(exc, ConnectionError)
-        if refresh or lost:
+        closed = (
+            str(record.msg).startswith("Unhandled exception in task")
+            and isinstance(exc, ValueError)
+            and "Invalid file descriptor" in str(exc)
+        )
+        if refresh or lost or closed:
             # Handlers compare the record's level with their own: at info, this one is dropped.
             record.levelno, record.levelname = logging.DEBUG, "DEBUG"
         return True
@@ -119,7 +126,7 @@ def configure_logging(log_format: str = "console", level: str = "info", stream: 
     proxy = logging.getLogger(PROXY_LOGGER)
     if not any(isinstance(f, BatchFunctionErrors) for f in proxy.filters):
         proxy.addFilter(BatchFunctionErrors())
-    for name in ("kafka.cluster", "kafka.net.transport"):
+    for name in ("kafka.cluster", "kafka.net.transport", "kafka.net.selector"):
         kafka = logging.getLogger(name)
         if not any(isinstance(f, RetriedKafkaErrors) for f in kafka.filters):
             kafka.addFilter(RetriedKafkaErrors())

@@ -176,12 +176,14 @@ def test_kafka_errors_its_client_retries_go_to_debug_and_others_stay() -> None:
     for retried in (
         kafka_record("Metadata refresh: failed %s"),
         kafka_record("%s: Error sending request data: %s", BrokenPipeError(32, "Broken pipe")),
+        kafka_record("Unhandled exception in task %s:", ValueError("Invalid file descriptor: -1")),
     ):
         assert RetriedKafkaErrors().filter(retried)
         assert retried.levelno == logging.DEBUG
     for kept in (
         kafka_record("Topic %s is not authorized for this client"),
         kafka_record("%s: Error sending request data: %s", ValueError("bad frame")),
+        kafka_record("Unhandled exception in task %s:", RuntimeError("EVENT_READ already registered")),
     ):
         assert RetriedKafkaErrors().filter(kept)
         assert kept.levelno == logging.ERROR
