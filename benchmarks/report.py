@@ -173,6 +173,7 @@ def table(results: dict[str, Any]) -> str:
             _elsewhere(lat, "hotswap"),
         ),
         ("other work on the machine over the run (cores) / steal", "", _run_elsewhere(results)),
+        ("trigger, both sides", str(results.get("trigger", "default")), str(results.get("trigger", "default"))),
     ]
     lines = ["| measure | plain Spark | hotswap |", "|---|---|---|"]
     lines += [f"| {name} | {plain or ''} | {hot or ''} |" for name, plain, hot in rows]

@@ -206,13 +206,15 @@ class GraphRunner:
         claim_checkpoint(checkpoint, record)
         events = events_stream(self._spark, self._settings, record.topic, self.reads(record), record.reads_from)
         output = apply_query(self._spark, events, record.source)
-        query = (
+        stream = (
             output.writeStream.queryName(self._settings.names.graph_query(record.query_id))
             .outputMode("append")
             .option("checkpointLocation", str(checkpoint))
             .foreachBatch(writer)
-            .start()
         )
+        if self._settings.processing_time is not None:
+            stream = stream.trigger(processingTime=self._settings.processing_time)
+        query = stream.start()
         log.info("execution graph started", query_id=record.query_id, topic=record.topic)
         return query
 

@@ -108,12 +108,14 @@ class ServiceGraph:
             .option("failOnDataLoss", "false")
             .load()
         )
-        self.query = (
+        writer = (
             records.writeStream.queryName(settings.names.service_query)
             .option("checkpointLocation", str(settings.names.service_checkpoint))
             .foreachBatch(self.route_batch)
-            .start()
         )
+        if settings.processing_time is not None:
+            writer = writer.trigger(processingTime=settings.processing_time)
+        self.query = writer.start()
         log.info("service graph started", query=settings.names.service_query, source=settings.source_topic)
         return self.query
 
