@@ -96,10 +96,10 @@ class Settings(BaseSettings):
     # Upper bound of source rows per service-graph batch, and of graph-topic rows per execution-graph
     # batch, so a backlog is caught up in bounded micro-batches.
     max_offsets_per_trigger: int = Field(default=20_000, ge=1)
-    # How often the service graph and each execution graph start a micro-batch. "off" (None): Spark's
-    # default, the next batch as soon as the last one ends and there is data (benchmarked faster:
-    # README, "Performance"). A duration: a processing-time trigger on both queries.
-    trigger_interval: OffOrDuration = None
+    # How often the service graph and each execution graph start a micro-batch: a processing-time
+    # trigger on both queries. "off" (None) is Spark's default, the next batch as soon as the last one
+    # ends. 500ms measured a lower p99 and a shorter swap than "off" (README, "Performance", "Trigger").
+    trigger_interval: OffOrDuration = Duration(500, "500ms")
     # Create the results topic compacted (cleanup.policy=compact): a reader then keeps one record
     # per result key, i.e. per (window, group). Only applies when hotswap creates the topic.
     sink_compacted: bool = False

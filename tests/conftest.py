@@ -1,4 +1,4 @@
-"""Shared test helpers: polling with a deadline (never bare sleeps)."""
+"""Shared test helpers: polling with a deadline (never bare sleeps), and the phases a completed swap went through."""
 
 from __future__ import annotations
 
@@ -7,6 +7,21 @@ from collections.abc import Callable
 from typing import TypeVar
 
 T = TypeVar("T")
+
+# Every phase of a swap that completes, in order: written out here, not read from the product's phase
+# table (contract/phases.py), so a test notices when that table changes.
+COMPLETED_SWAP_PHASES = [
+    "submitted",
+    "validated",
+    "deploying",
+    "deployed",
+    "cut",
+    "draining",
+    "drained",
+    "retiring",
+    "retired",
+    "completed",
+]
 
 
 def wait_until(condition: Callable[[], T], timeout_s: float, what: str, interval_s: float = 0.5) -> T:

@@ -12,7 +12,7 @@ from hotswap.contract.status import Status, SwapStatus
 from hotswap.executor.operator.client import Client
 from hotswap.executor.tools.generator import GeneratorSpec
 from hotswap.service_sink.audit import read_results
-from tests.conftest import wait_until
+from tests.conftest import COMPLETED_SWAP_PHASES, wait_until
 from tests.integration.harness import QUERIES, REPO, committed_watermark, continuous_load
 from tests.integration.oracle import (
     Truth,
@@ -29,18 +29,7 @@ MAX_30S = REPO / "examples" / "max_per_key_30s.sql"
 AVERAGE_10S = REPO / "examples" / "average_per_key.py"
 TOTAL_20S = QUERIES / "total_per_key_20s.sql"
 T0 = 1_700_000_000_000
-PHASES = [
-    "submitted",
-    "validated",
-    "deploying",
-    "deployed",
-    "cut",
-    "draining",
-    "drained",
-    "retiring",
-    "retired",
-    "completed",
-]
+PHASES = COMPLETED_SWAP_PHASES
 
 
 def swap_and_wait(client: Client, query: Path) -> SwapStatus:

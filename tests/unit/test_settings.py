@@ -122,8 +122,8 @@ def test_idle_timeout_may_be_off() -> None:
     assert idle.ms == 45_000
 
 
-def test_both_queries_keep_sparks_default_trigger_unless_an_interval_is_set() -> None:
-    assert Settings().processing_time is None
+def test_both_queries_run_a_500ms_processing_time_trigger_unless_told_otherwise() -> None:
+    assert Settings().processing_time == "500 milliseconds"
     assert load_settings(trigger_interval="off").processing_time is None
     assert load_settings(trigger_interval="1s").processing_time == "1000 milliseconds"
     assert load_settings(trigger_interval="250ms").model_dump(mode="json")["trigger_interval"] == "250ms"

@@ -47,21 +47,10 @@ from hotswap.executor.operator.observe import Rates, RateWindow, Snapshot, rates
 from hotswap.executor.operator.render import render_history
 from hotswap.executor.operator.watch import WatchMemory, render_watch
 from hotswap.executor.operator.web import MonitorServer
+from tests.conftest import COMPLETED_SWAP_PHASES
 
 NS = "blue"
-# Every phase of a swap that completes, as the phase table (contract/phases.py) orders them.
-PHASES = [
-    "submitted",
-    "validated",
-    "deploying",
-    "deployed",
-    "cut",
-    "draining",
-    "drained",
-    "retiring",
-    "retired",
-    "completed",
-]
+PHASES = COMPLETED_SWAP_PHASES
 T = 1_700_000_000_000  # wall clock of the first phase
 
 
