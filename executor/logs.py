@@ -61,8 +61,10 @@ class RetriedKafkaErrors(logging.Filter):
     Transport closed for writes"), a send on a connection the broker already closed ("Error sending
     request data: [Errno 32] Broken pipe", with a traceback), and a read task that wakes after its
     own connection closed ("Unhandled exception in task ...: ValueError: Invalid file descriptor: -1",
-    with two tracebacks; seen once in `make demo`). A failure that persists surfaces as the operation
-    that needed it failing, which hotswap reports in one line. So these records go to debug."""
+    with two tracebacks; seen once in `make demo`), and a read on a connection closed under it
+    ("<KafkaTCPTransport ... (closed)>: Error receiving network data closing socket", AttributeError:
+    its socket is already None; seen once in `make demo`). A failure that persists surfaces as the
+    operation that needed it failing, which hotswap reports in one line. So these records go to debug."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
@@ -73,7 +75,14 @@ class RetriedKafkaErrors(logging.Filter):
             and isinstance(exc, ValueError)
             and "Invalid file descriptor" in str(exc)
         )
-        if refresh or lost or closed:
+        closed_read = (
+            "Error receiving network data" in str(record.msg)
+            and isinstance(exc, AttributeError)
+            and isinstance(record.args, tuple)
+            and len(record.args) > 0
+            and str(record.args[0]).endswith("(closed)>")
+        )
+        if refresh or lost or closed or closed_read:
             # Handlers compare the record's level with their own: at info, this one is dropped.
             record.levelno, record.levelname = logging.DEBUG, "DEBUG"
         return True

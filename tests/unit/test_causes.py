@@ -169,14 +169,20 @@ def test_a_root_cause_is_one_short_line_without_wrappers() -> None:
 def test_kafka_errors_its_client_retries_go_to_debug_and_others_stay() -> None:
     from hotswap.executor.logs import RetriedKafkaErrors
 
-    def kafka_record(msg: str, exc: BaseException | None = None) -> logging.LogRecord:
+    def kafka_record(
+        msg: str, exc: BaseException | None = None, args: tuple[str, ...] = ("x", "y")
+    ) -> logging.LogRecord:
         info = (type(exc), exc, None) if exc else None
-        return logging.LogRecord("kafka.cluster", logging.ERROR, __file__, 1, msg, ("x", "y"), info)
+        return logging.LogRecord("kafka.cluster", logging.ERROR, __file__, 1, msg, args, info)
+
+    receiving = "%s: Error receiving network data closing socket"
+    no_socket = AttributeError("'NoneType' object has no attribute 'recv'")
 
     for retried in (
         kafka_record("Metadata refresh: failed %s"),
         kafka_record("%s: Error sending request data: %s", BrokenPipeError(32, "Broken pipe")),
         kafka_record("Unhandled exception in task %s:", ValueError("Invalid file descriptor: -1")),
+        kafka_record(receiving, no_socket, ("<KafkaTCPTransport [none] (closed)>",)),
     ):
         assert RetriedKafkaErrors().filter(retried)
         assert retried.levelno == logging.DEBUG
@@ -184,6 +190,8 @@ def test_kafka_errors_its_client_retries_go_to_debug_and_others_stay() -> None:
         kafka_record("Topic %s is not authorized for this client"),
         kafka_record("%s: Error sending request data: %s", ValueError("bad frame")),
         kafka_record("Unhandled exception in task %s:", RuntimeError("EVENT_READ already registered")),
+        kafka_record(receiving, no_socket, ("<KafkaTCPTransport 127.0.0.1:9092 (connected)>",)),
+        kafka_record(receiving, OSError("reset"), ("<KafkaTCPTransport [none] (closed)>",)),
     ):
         assert RetriedKafkaErrors().filter(kept)
         assert kept.levelno == logging.ERROR
