@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+from pyspark.sql.streaming.query import StreamingQuery
+
 from benchmarks.common import (
     CHANGED,
     LATENESS_MS,
@@ -43,7 +45,7 @@ from benchmarks.common import (
     wait_for,
     window_gaps,
 )
-from benchmarks.measures import batch_points, change_between, per_thousand, swap_phases
+from benchmarks.measures import batch_points, change_between, drain_batches, per_thousand, swap_phases
 from benchmarks.pipelines import HotswapPipeline, Pipeline, PlainPipeline
 from benchmarks.probe import LoadProcess, ResultWatcher
 from benchmarks.profile import (
@@ -346,6 +348,16 @@ class SwapTail:
     second: SwapRecord
     errors: list[str]
     promotion: SwapRecord | None = None
+    drains: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None)
+
+
+def drain_of(graphs: dict[str, StreamingQuery], swap: SwapRecord) -> dict[str, Any] | None:
+    """The swap's drain, batch by batch, from its old graph's progress (kept by Spark after the stop)."""
+    at = {p.name.value: p.at for p in swap.phases}
+    query = graphs.get(f"graph.{swap.from_query}")
+    if query is None or "draining" not in at or "drained" not in at:
+        return None
+    return drain_batches(progress_between(query, at["draining"] - 10_000, at["drained"]), at["draining"], at["drained"])
 
 
 def run_swaps(segment: Segment, pipeline: HotswapPipeline) -> SwapTail:
@@ -354,24 +366,28 @@ def run_swaps(segment: Segment, pipeline: HotswapPipeline) -> SwapTail:
     assert segment.load is not None
     errors: list[str] = []
     bench.resources.phase("swap")
+    graphs = pipeline.queries()
     swap = client.submit(CHANGED, CHANGED.stem)
     bench.clock.step(f"live: submitted swap {QUERY.stem} -> {CHANGED.stem}")
     done = _finish(client, swap.id, errors)
+    drain = drain_of(graphs, done)
     bench.clock.step(f"live: swap {done.state.value}; {shape.after_swap_s:.0f}s after it")
     bench.resources.phase("after_swap")
     time.sleep(shape.after_swap_s)
     bench.resources.phase("swap_at_2x_rate")
     segment.load.set_rate(2 * shape.rate)
+    graphs = pipeline.queries()
     swap2 = client.submit(QUERY, f"{QUERY.stem}_2")
     bench.clock.step(f"live: rate doubled to {2 * shape.rate:.0f} ev/s; submitted swap back")
     done2 = _finish(client, swap2.id, errors)
+    drain2 = drain_of(graphs, done2)
     segment.load.set_rate(shape.rate)
     bench.resources.phase("after_swap_2x")
     bench.clock.step(f"live: swap at 2x rate {done2.state.value}; a shadow of {CHANGED.stem} next")
     promoted = run_promotion(segment, client, errors)
     bench.clock.step("live: shadow promoted; letting the last windows close")
     time.sleep(LATENESS_MS / 1000 + 3)
-    return SwapTail(done, done2, errors, promoted)
+    return SwapTail(done, done2, errors, promoted, (drain, drain2))
 
 
 def run_promotion(segment: Segment, client: Client, errors: list[str]) -> SwapRecord | None:
@@ -392,6 +408,7 @@ def run_promotion(segment: Segment, client: Client, errors: list[str]) -> SwapRe
 def swap_summary(segment: Segment, tail: SwapTail) -> dict[str, Any]:
     results = segment.results
     first, second = swap_record(tail.first), swap_record(tail.second)
+    first["drain"], second["drain"] = tail.drains
     submit, completed = first["submitted_at_ms"], first["completed_at_ms"] or first["submitted_at_ms"]
     during = [latency_ms(e) for e in results if submit <= e.emit_ms <= completed]
     s2, c2 = second["submitted_at_ms"], second["completed_at_ms"] or second["submitted_at_ms"]

@@ -10,13 +10,15 @@ so tests/unit/test_bench_numbers.py checks the arithmetic on its own.
 - `change_between` and `per_thousand`: CPU seconds spent (or rows processed) in an interval, from
   cumulative samples, and the cost per 1,000 events.
 - `swap_phases`: each recorded journal phase's duration and its time against the swap's floor.
+- `drain_batches`: a drain split into the old graph's batch in flight at the marker, the batches
+  after it, and the wait until `drained` is recorded.
 """
 
 from __future__ import annotations
 
 import itertools
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 
@@ -159,4 +161,36 @@ def swap_phases(phases: Sequence[tuple[str, int]], cut_window_end: int | None, l
         "total_s": None if total is None else round(total, 3),
         "floor_s": None if floor is None else round(floor, 3),
         "overhead_over_floor_s": None if total is None or floor is None else round(total - floor, 3),
+    }
+
+
+def drain_batches(batches: Iterable[Mapping[str, Any]], marker_ms: int, drained_ms: int) -> dict[str, Any]:
+    """Where a drain's time goes, from the old graph's batches (`profile.progress_between` entries).
+
+    The end-of-window marker is written when the swap enters `draining` (`marker_ms`). The old graph
+    first finishes the batch it is running (`in_flight_s`), then reads the marker in one batch, and
+    Spark evicts the windows through W in the batch after it (a watermark moves at a batch's end);
+    `seen_s` is from the end of the last of those batches to `drained` being recorded.
+    """
+
+    def ends(entry: Mapping[str, Any]) -> float:
+        return float(entry["start_ms"]) + float(entry["durations_ms"].get("triggerExecution", 0.0))
+
+    ordered = sorted(batches, key=lambda b: b["start_ms"])
+    in_flight = [b for b in ordered if b["start_ms"] < marker_ms < ends(b)]
+    after = [b for b in ordered if marker_ms <= b["start_ms"] and ends(b) <= drained_ms]
+    last_end = max((ends(b) for b in after), default=None)
+    return {
+        "in_flight_s": round((ends(in_flight[-1]) - marker_ms) / 1000, 3) if in_flight else 0.0,
+        "batches_after_marker": [
+            {
+                "batch": b["batch"],
+                "rows": b["rows"],
+                "started_after_marker_s": round((b["start_ms"] - marker_ms) / 1000, 3),
+                "took_s": round(float(b["durations_ms"].get("triggerExecution", 0.0)) / 1000, 3),
+            }
+            for b in after
+        ],
+        "seen_s": None if last_end is None else round((drained_ms - last_end) / 1000, 3),
+        "total_s": round((drained_ms - marker_ms) / 1000, 3),
     }

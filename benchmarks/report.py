@@ -157,6 +157,7 @@ def table(results: dict[str, Any]) -> str:
         ),
         ("swap total / floor / overhead (s)", "", _swap(swap)),
         ("swap phases: s in phase (s after the floor when entered)", "", _phases(swap)),
+        ("swap drain: old graph's batch in flight at the marker, batches after it, seen (s)", "", _drain(swap)),
         ("swap at 2x rate total / floor / overhead (s)", "", _swap(swap2)),
         (
             "same change as a promoted shadow: promote to completed / ordinary swap submit to completed (s)",
@@ -238,6 +239,14 @@ def _phases(swap: dict[str, Any]) -> str:
         after = p.get("after_floor_s")
         parts.append(f"{p['phase']} {p['duration_s']}" + ("" if after is None else f" ({after:+.1f})"))
     return ", ".join(parts) or "n/a"
+
+
+def _drain(swap: dict[str, Any]) -> str:
+    drain = swap.get("drain") if swap else None
+    if not drain:
+        return "n/a"
+    after = ", ".join(f"{b['took_s']}" for b in drain["batches_after_marker"]) or "none"
+    return f"{drain['in_flight_s']}, [{after}], {drain['seen_s']} (total {drain['total_s']})"
 
 
 def _gaps(section: Any, a: str, b: str) -> str:

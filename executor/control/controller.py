@@ -118,11 +118,12 @@ class Executor:
         self._lease.check()
         self._fence.verify(self._redis)
         assert self._swaps is not None
+        # Progress first: a drain the old graph finished since the last tick is seen by this step.
+        self.reporter.report(self.graphs.runner.running())
         self._swaps.step()
         failed = self.graphs.supervise()
         if failed:
             self._swaps.graphs_failed(failed)
-        self.reporter.report(self.graphs.runner.running())
         self.service.supervise()
         self.service.tick()
         self.dry_runs.answer_pending()

@@ -358,6 +358,7 @@ class SwapProtocol:
                 self._log(swap).info(
                     "old graph drained", from_query=swap.from_query, cut_window_end=swap.cut_window_end
                 )
+                self._retire_old(drained, swaps)  # in the same step: a tick's wait would only add to the swap
         else:
             self._say_once(swap, "waiting for the old graph to emit its last windows", from_query=swap.from_query)
 

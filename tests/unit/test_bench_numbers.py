@@ -10,6 +10,7 @@ from benchmarks.common import Emitted, coverage, percentile, window_gaps
 from benchmarks.measures import (
     batch_points,
     change_between,
+    drain_batches,
     emission_points,
     fit_slope,
     per_thousand,
@@ -188,3 +189,23 @@ def test_control_state_target_is_judged_on_the_ratio_of_200_swaps_to_one() -> No
     assert (
         targets({"control_state": {**measured, "ratio": 1.3, "flat": False}})["control_state_cost_flat"]["met"] is False
     )
+
+
+def test_a_drain_splits_into_the_batch_in_flight_the_batches_after_the_marker_and_the_wait_to_see_them() -> None:
+    def batch(n: int, start: int, took: int, rows: int = 0) -> dict[str, object]:
+        return {"batch": n, "start_ms": start, "rows": rows, "durations_ms": {"triggerExecution": took}}
+
+    old_graph = [
+        batch(7, 8_000, 1_000, rows=40),  # ended before the marker
+        batch(8, 9_500, 1_000, rows=30),  # in flight when the marker was written at 10,000
+        batch(9, 10_500, 1_200, rows=5),  # read the marker
+        batch(10, 11_700, 800),  # closed the windows through W
+    ]
+    got = drain_batches(old_graph, marker_ms=10_000, drained_ms=12_750)
+    assert got["in_flight_s"] == 0.5
+    assert [(b["batch"], b["started_after_marker_s"], b["took_s"]) for b in got["batches_after_marker"]] == [
+        (9, 0.5, 1.2),
+        (10, 1.7, 0.8),
+    ]
+    assert got["seen_s"] == 0.25
+    assert got["total_s"] == 2.75
