@@ -188,6 +188,7 @@ def drain_batches(batches: Iterable[Mapping[str, Any]], marker_ms: int, drained_
                 "rows": b["rows"],
                 "started_after_marker_s": round((b["start_ms"] - marker_ms) / 1000, 3),
                 "took_s": round(float(b["durations_ms"].get("triggerExecution", 0.0)) / 1000, 3),
+                "durations_ms": dict(b["durations_ms"]),
             }
             for b in after
         ],
