@@ -34,6 +34,17 @@ class QuerySource(Record):
     avro_schema: str | None = None
 
 
+class GraphEngine(StrEnum):
+    """How an execution graph computes its windows (docs/architecture.md, "Two graph engines")."""
+
+    # A Spark streaming aggregation over the graph's topic, closed by Spark's watermark, which the
+    # markers move: one partition per graph topic, a deduplication and an aggregation state store.
+    STATEFUL = "stateful"
+    # The graph's stream only reads the route headers; when every partition's marker has passed a
+    # window, that window is computed once, as a Spark batch job over its rows read back by offset.
+    CLOSING = "closing"
+
+
 class GraphState(StrEnum):
     STARTING = "starting"
     RUNNING = "running"
@@ -67,6 +78,10 @@ class GraphRecord(Record):
     # A shadow's graph: the results of windows it does not own (all of them until it is promoted)
     # go to this topic instead of being dropped (None: not a shadow).
     shadow_results_topic: str | None = None
+    # How the graph computes its windows, and how many partitions its topic has (a stateful graph
+    # reads one: Spark's max-based watermark is only safe on a single partition).
+    engine: GraphEngine = GraphEngine.STATEFUL
+    partitions: int = Field(default=1, ge=1)
 
     @property
     def windowing(self) -> Windowing:
@@ -168,6 +183,9 @@ class Destination(Record):
     topic: str
     since: int | None = None
     until: int | None = None
+    # The partitions of the graph's topic: source partition p goes to graph partition p mod this,
+    # so each source partition's rows stay in order within one graph partition.
+    partitions: int = 1
 
     def holds(self, event_time: int) -> bool:
         return (self.since is None or event_time >= self.since) and (self.until is None or event_time < self.until)

@@ -17,6 +17,7 @@ from pydantic_settings import (
 
 from hotswap.contract.durations import Duration, OffOrDuration
 from hotswap.contract.errors import ConfigError
+from hotswap.contract.models import GraphEngine
 from hotswap.contract.names import Names
 from hotswap.contract.source import (
     DEFAULT_EVENT_TIME,
@@ -103,6 +104,14 @@ class Settings(BaseSettings):
     # Create the results topic compacted (cleanup.policy=compact): a reader then keeps one record
     # per result key, i.e. per (window, group). Only applies when hotswap creates the topic.
     sink_compacted: bool = False
+    # How execution graphs compute their windows: "stateful" (a Spark streaming aggregation closed by
+    # Spark's watermark) or "closing" (each window computed once, as a batch, when every partition's
+    # marker has passed it; docs/architecture.md, "Two graph engines"). Recorded per graph when it is
+    # deployed: a running graph keeps its engine.
+    graph_engine: GraphEngine = GraphEngine.STATEFUL
+    # Partitions of a closing graph's topic (None: as many as the source topic has). A stateful
+    # graph's topic always has one.
+    graph_partitions: int | None = Field(default=None, ge=1, le=1024)
     keep_retired_topics: bool = False
 
     # Bounded waits.

@@ -23,3 +23,7 @@ class GraphStartFailed(ExecutionGraphError):
 
 class SchemaRefused(ExecutionGraphError):
     """A declared source schema cannot be read, or its event time is not a column hotswap can read."""
+
+
+class GraphStateLost(ExecutionGraphError):
+    """A closing graph's checkpoint lacks the state of its last committed batch."""

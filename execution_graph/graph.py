@@ -1,16 +1,18 @@
-"""Running user queries as Spark streaming queries, one per execution graph.
+"""Running user queries as Spark streaming queries, one per execution graph, on either engine
+(contract.models.GraphEngine; docs/architecture.md, "Two graph engines").
 
-Each graph reads its own single-partition input topic, in which the service graph writes data rows
-and, after each of its batches, a watermark marker. Spark's watermark is applied with a delay so
+A stateful graph reads its own single-partition input topic, in which the service graph writes data
+rows and, after each of its batches, a watermark marker. Spark's watermark is applied with a delay so
 large (contract.windows.GRAPH_WATERMARK_DELAY_MS) that data rows never move it; only markers do,
 so the graph closes windows on the service watermark and never drops a row the service graph
 routed as on time, whatever the skew between source partitions or the size of a backlog (see
 docs/architecture.md, "One watermark"). One partition keeps every row before the markers that follow it, so
-any bounded prefix of the topic is consistent.
+any bounded prefix of the topic is consistent. Markers are dropped right after the watermark node by a
+condition on the event-time column, which Spark keeps above that node (a filter on another column would
+be pushed below it and swallow the marker; docs/architecture.md, "Known traps").
 
-Markers are dropped right after the watermark node by a condition on the event-time column, which
-Spark keeps above that node (a filter on another column would be pushed below it and swallow the
-marker; docs/architecture.md, "Known traps").
+A closing graph (execution_graph.closing) reads a topic of any number of partitions, keeps the
+one-watermark rule itself, and computes each window once, as a batch, in the batch that closes it.
 """
 
 from __future__ import annotations
@@ -26,120 +28,21 @@ import structlog
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from hotswap.contract.envelope import ROUTE_HEADER
 from hotswap.contract.lifecycle import stop_between_batches
-from hotswap.contract.models import GraphRecord
+from hotswap.contract.models import GraphEngine, GraphRecord
 from hotswap.contract.settings import Settings
-from hotswap.contract.source import (
-    EVENT_TIME_COLUMN,
-    KAFKA_KEY_COLUMN,
-    KAFKA_TIMESTAMP_COLUMN,
-    LEGACY_SOURCE,
-    AvroWire,
-    SourceFormat,
-    SourceSpec,
-)
-from hotswap.contract.windows import GRAPH_WATERMARK_DELAY_MS
+from hotswap.contract.source import SourceSpec
+from hotswap.execution_graph.checkpoint import CheckpointDir
+from hotswap.execution_graph.closing import WindowCloser, closing_state
 from hotswap.execution_graph.errors import GraphStartFailed
-from hotswap.execution_graph.schemas import spark_schema
+from hotswap.execution_graph.events import events_stream, graph_topic_stream, version_reads
 from hotswap.execution_graph.user_query import apply_query, first_line
+
+__all__ = ["GraphRunner", "claim_checkpoint", "events_stream"]
 
 log = structlog.get_logger(__name__)
 
 BatchWriter = Callable[[DataFrame, int], None]
-
-
-def events_stream(
-    spark: SparkSession, settings: Settings, topic: str, reads: SourceSpec, start_after: int | None = None
-) -> DataFrame:
-    """The `events` a user query sees: every top-level column of the schema its version reads,
-    `event_time`, and the source record's Kafka key and timestamp, from the data rows of the graph's
-    input topic, watermarked; from event time `start_after` on when the graph took over a failed
-    graph's topic. `reads` is the version's resolved source (execution_graph.schemas.resolve)."""
-    raw = (
-        spark.readStream.format("kafka")
-        .options(**settings.spark_kafka_options())
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(graph_batch_cap(settings)))
-        # The topic is deleted only after the graph retires; its rows are the buffer and must not vanish.
-        .option("failOnDataLoss", "true")
-        .option("includeHeaders", "true")
-        .load()
-    )
-    # The service graph's route header (contract/envelope.py): kind, source partition, source
-    # offset, event time (ms), source record timestamp (ms).
-    route = f"split(CAST(try_element_at(filter(headers, h -> h.key = '{ROUTE_HEADER}'), 1).value AS STRING), ',')"
-    rows = raw.selectExpr(f"{route} AS route", "key", "value").selectExpr(
-        "route[0] AS kind",
-        "try_cast(route[1] AS INT) AS _hotswap_partition",
-        "try_cast(route[2] AS BIGINT) AS _hotswap_offset",
-        f"timestamp_millis(try_cast(route[3] AS BIGINT)) AS {EVENT_TIME_COLUMN}",
-        f"timestamp_millis(try_cast(route[4] AS BIGINT)) AS {KAFKA_TIMESTAMP_COLUMN}",
-        "key",
-        "value",
-    )
-    watermarked = rows.withWatermark(EVENT_TIME_COLUMN, f"{GRAPH_WATERMARK_DELAY_MS} milliseconds")
-    # Keeps data rows and drops markers, but only after the watermark node has seen them.
-    keep = "true" if start_after is None else f"{EVENT_TIME_COLUMN} >= timestamp_millis({int(start_after)})"
-    data = watermarked.where(f"CASE WHEN kind = 'data' THEN {keep} ELSE {EVENT_TIME_COLUMN} IS NULL END")
-    # Parsed once, here, with the version's own schema, and spread into the view's columns before
-    # the duplicates are dropped: Spark then prunes the fields the query never reads before the
-    # shuffle the deduplication needs, instead of shuffling whole records.
-    fields = [
-        f"r.`{_escaped(name)}` AS `{_escaped(name)}`"
-        for name in spark_schema(spark, reads).names
-        if name != EVENT_TIME_COLUMN  # the record's own event_time (the event time itself) gives way to hotswap's
-    ]
-    parsed = data.selectExpr(
-        "_hotswap_partition",
-        "_hotswap_offset",
-        EVENT_TIME_COLUMN,
-        f"CAST(key AS STRING) AS {KAFKA_KEY_COLUMN}",
-        KAFKA_TIMESTAMP_COLUMN,
-        f"{_decode(reads)} AS r",
-    ).selectExpr(
-        *fields, "_hotswap_partition", "_hotswap_offset", EVENT_TIME_COLUMN, KAFKA_KEY_COLUMN, KAFKA_TIMESTAMP_COLUMN
-    )
-    # A service-graph batch that Spark replays after a crash writes its rows again; each source
-    # event (partition, offset) is counted once. With the event time in the key, Spark evicts an
-    # entry once the service watermark passes it, so this state stays bounded.
-    unique = parsed.dropDuplicates(["_hotswap_partition", "_hotswap_offset", EVENT_TIME_COLUMN])
-    return unique.drop("_hotswap_partition", "_hotswap_offset")
-
-
-def graph_batch_cap(settings: Settings) -> int:
-    """Most rows one execution-graph batch reads. A service batch writes at most
-    `max_offsets_per_trigger` rows to a graph, then its marker: twice that, plus room for the markers
-    of ticks, lets a graph read a whole service batch and its marker in one batch (so the marker does
-    not land a batch late, and neither does a drain) and catch up when it falls behind, while memory
-    stays bounded."""
-    return 2 * settings.max_offsets_per_trigger + 64
-
-
-def _decode(reads: SourceSpec) -> str:
-    """The record's value as the version reads it: JSON with its DDL, or Avro with the namespace's
-    writer schema resolved to the version's reader schema (Avro's resolution rules)."""
-    if reads.format is SourceFormat.AVRO:
-        assert reads.avro_schema is not None
-        options = {"mode": "PERMISSIVE"}
-        if reads.avro_reader_schema:
-            options["avroSchema"] = reads.avro_reader_schema
-        payload = "substr(value, 6)" if reads.avro_wire is AvroWire.CONFLUENT else "value"
-        return f"from_avro({payload}, {_sql_str(reads.avro_schema)}, {_map(options)})"
-    return f"from_json(CAST(value AS STRING), {_sql_str(reads.schema_ddl)}, {_map(reads.json_options)})"
-
-
-def _sql_str(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def _map(options: dict[str, str]) -> str:
-    return "map(" + ", ".join(f"{_sql_str(k)}, {_sql_str(v)}" for k, v in options.items()) + ")"
-
-
-def _escaped(name: str) -> str:
-    return name.replace("`", "``")
 
 
 def claim_checkpoint(checkpoint: Path, record: GraphRecord) -> None:
@@ -184,11 +87,12 @@ class GraphRunner:
         self._lock = threading.Lock()
         self._starting: dict[str, Future[StreamingQuery]] = {}
         self._unwanted: set[str] = set()  # stopped while starting: stopped again once started
+        self._closers: dict[str, WindowCloser] = {}  # the closing graphs' batch functions
 
     @staticmethod
     def reads(record: GraphRecord) -> SourceSpec:
         """How the graph's version reads the source (a record from before schemas: the demo format)."""
-        return record.reads or LEGACY_SOURCE
+        return version_reads(record)
 
     def start(self, record: GraphRecord, writer: BatchWriter) -> StreamingQuery:
         """Start the graph's query now (or return it, if it runs), on the caller's thread."""
@@ -204,18 +108,35 @@ class GraphRunner:
     def _start(self, record: GraphRecord, writer: BatchWriter) -> StreamingQuery:
         checkpoint = self._settings.names.graph_checkpoint(record.query_id)
         claim_checkpoint(checkpoint, record)
-        events = events_stream(self._spark, self._settings, record.topic, self.reads(record), record.reads_from)
-        output = apply_query(self._spark, events, record.source)
-        stream = (
-            output.writeStream.queryName(self._settings.names.graph_query(record.query_id))
-            .outputMode("append")
-            .option("checkpointLocation", str(checkpoint))
-            .foreachBatch(writer)
-        )
+        if record.engine is GraphEngine.CLOSING:
+            closer = WindowCloser(self._settings, record, writer, CheckpointDir(self._spark, str(checkpoint)))
+            with self._lock:
+                self._closers[record.query_id] = closer
+            stream = (
+                graph_topic_stream(self._spark, self._settings, record.topic)
+                .writeStream.queryName(self._settings.names.graph_query(record.query_id))
+                .option("checkpointLocation", str(checkpoint))
+                .foreachBatch(closer)
+            )
+        else:
+            events = events_stream(self._spark, self._settings, record.topic, self.reads(record), record.reads_from)
+            output = apply_query(self._spark, events, record.source)
+            stream = (
+                output.writeStream.queryName(self._settings.names.graph_query(record.query_id))
+                .outputMode("append")
+                .option("checkpointLocation", str(checkpoint))
+                .foreachBatch(writer)
+            )
         if self._settings.processing_time is not None:
             stream = stream.trigger(processingTime=self._settings.processing_time)
         query = stream.start()
-        log.info("execution graph started", query_id=record.query_id, topic=record.topic)
+        log.info(
+            "execution graph started",
+            query_id=record.query_id,
+            topic=record.topic,
+            engine=str(record.engine),
+            partitions=record.partitions,
+        )
         return query
 
     def begin(self, record: GraphRecord, writer: BatchWriter) -> None:
@@ -274,10 +195,18 @@ class GraphRunner:
         fs, root = self._checkpoint(query_id)
         return bool(fs.exists(self._path(root, f"commits/{batch_id}")))
 
+    def batch_watermark(self, query_id: str, batch_id: int, spark_watermark: int | None) -> int | None:
+        """How far the graph has closed windows after `batch_id`: Spark's watermark of that batch
+        (from its progress report) for a stateful graph, its own closed-through for a closing one."""
+        with self._lock:
+            closer = self._closers.get(query_id)
+        return spark_watermark if closer is None else closer.closed_through(batch_id)
+
     def last_commit_watermark(self, query_id: str) -> int | None:
         """The event-time watermark of the graph's last committed batch, read from its checkpoint:
         Spark records each batch's watermark in `offsets/N` and writes `commits/N` once the batch's
-        output is out, so every window ending at or before it was emitted."""
+        output is out, so every window ending at or before it was emitted. A closing graph records
+        how far it closed in its own state file of that batch."""
         fs, root = self._checkpoint(query_id)
         commits = self._path(root, "commits")
         if not fs.exists(commits):
@@ -285,6 +214,9 @@ class GraphRunner:
         batches = [int(s.getPath().getName()) for s in fs.listStatus(commits) if s.getPath().getName().isdigit()]
         if not batches:
             return None
+        closing = closing_state(CheckpointDir(self._spark, str(root)), max(batches))
+        if closing is not None:
+            return closing.closed_through
         jvm = self._spark.sparkContext._jvm
         assert jvm is not None
         stream = fs.open(self._path(root, f"offsets/{max(batches)}"))
@@ -346,6 +278,7 @@ class GraphRunner:
         """Stop the graph's query; with `finish_batch`, after its batch in flight (up to 10 s)."""
         with self._lock:
             query = self._queries.pop(query_id, None)
+            self._closers.pop(query_id, None)
             if query_id in self._starting:
                 self._unwanted.add(query_id)  # stopped by its starting thread once it runs
                 self._starting.pop(query_id)

@@ -61,15 +61,18 @@ class QueryShape:
 def validate_query(
     spark: SparkSession,
     source: QuerySource,
-    streaming_events: DataFrame,
+    events: DataFrame,
     running_grid_ms: int | None,
 ) -> QueryShape:
-    """Raises QueryRejected with a one-line reason, or returns the query's shape. `running_grid_ms`:
+    """Raises QueryRejected with a one-line reason, or returns the query's shape. `events`: a stream
+    for a stateful graph (Spark's streaming rules apply), a batch for a closing graph (any batch
+    query over a window's rows: distinct counts, exact percentiles, ranking). `running_grid_ms`:
     the spacing of the running query's window ends (its slide; its size when tumbling)."""
-    streaming_output = apply_query(spark, streaming_events, source)
-    _check_columns(source, streaming_output)
-    _check_streaming(spark, source, streaming_output)
-    shape = _query_shape(spark, source, streaming_output)
+    output = apply_query(spark, events, source)
+    _check_columns(source, output)
+    if events.isStreaming:
+        _check_streaming(spark, source, output)
+    shape = _query_shape(spark, source, output)
     if running_grid_ms is not None:
         check_cuttable(running_grid_ms, shape.windowing.grid_ms, slides=shape.windowing.sliding)
     return shape

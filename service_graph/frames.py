@@ -169,15 +169,28 @@ def _for_kafka(routed: DataFrame, plan: RoutingPlan, settings: Settings) -> Data
             f"CASE route WHEN 'dead_letter' THEN {sql_str(names.dead_letter_topic)} "
             f"WHEN 'late' THEN {sql_str(names.late_topic)} ELSE {sql_str(receivers[0].topic)} END AS topic"
         )
-        return routed.selectExpr(topic, "key", "value", headers)
+        return routed.selectExpr(topic, f"{_graph_partition(receivers[0])} AS partition", "key", "value", headers)
     # A row for several graphs is written once per graph.
-    each = ", ".join(f"CASE WHEN {_holds(i)} THEN {sql_str(d.topic)} END" for i, d in enumerate(receivers))
-    topics = (
-        f"CASE route WHEN 'dead_letter' THEN array({sql_str(names.dead_letter_topic)}) "
-        f"WHEN 'late' THEN array({sql_str(names.late_topic)}) "
+    each = ", ".join(
+        f"CASE WHEN {_holds(i)} THEN named_struct('topic', {sql_str(d.topic)}, 'partition', {_graph_partition(d)}) END"
+        for i, d in enumerate(receivers)
+    )
+    other = "named_struct('topic', {}, 'partition', CAST(NULL AS INT))"
+    targets = (
+        f"CASE route WHEN 'dead_letter' THEN array({other.format(sql_str(names.dead_letter_topic))}) "
+        f"WHEN 'late' THEN array({other.format(sql_str(names.late_topic))}) "
         f"ELSE filter(array({each}), t -> t IS NOT NULL) END"
     )
-    return routed.selectExpr(f"explode({topics}) AS topic", "key", "value", headers)
+    return routed.selectExpr(f"explode({targets}) AS target", "key", "value", headers).selectExpr(
+        "target.topic AS topic", "target.partition AS partition", "key", "value", "headers"
+    )
+
+
+def _graph_partition(destination: Destination) -> str:
+    """The partition of a graph's topic a data row goes to: its source partition's, modulo the topic's
+    partitions, so that each source partition's rows stay in order in one graph partition (the
+    markers that follow them go to every partition). Late and dead-letter rows: Kafka's choice (null)."""
+    return f"CASE WHEN route = 'data' THEN CAST(pmod(partition, {int(destination.partitions)}) AS INT) END"
 
 
 def _statistics(receivers: tuple[Destination, ...], partitions: int) -> list[Any]:

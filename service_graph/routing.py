@@ -106,11 +106,13 @@ def plan_batch(
     rest of the plan.
     """
     cut = None
+    old_partitions = 1
     if swap is not None and swap.state.is_past_cut:
         target = graphs.get(swap.to_query)
         old = graphs.get(swap.from_query or "")
         if target is None or old is None or swap.cut_window_end is None:
             raise NoTargetGraph(f"swap {swap.id} is past its cut but its graphs are not recorded")
+        old_partitions = old.partitions
         # A recovery's cut only says where a failed query stopped: no row goes to that query again.
         if swap.state.is_draining and swap.recovers is None:
             cut = CutRoute(swap_id=swap.id, boundary=swap.cut_window_end, old_query=old.query_id, old_topic=old.topic)
@@ -118,20 +120,32 @@ def plan_batch(
         raise NoTargetGraph("no current execution graph: start the executor with `hotswap run --query FILE`")
     else:
         target = current
-    destinations = [Destination(query_id=target.query_id, topic=target.topic)]
+    destinations = [Destination(query_id=target.query_id, topic=target.topic, partitions=target.partitions)]
     if cut is not None:
         # The target's first window after W starts at W - size + slide (W for tumbling windows): the
         # rows from there up to W go to both graphs. The cut rule made sure none was routed before it.
         # A promoted shadow has received rows since its start S (<= W): it keeps receiving them from there.
         start = cut.boundary if swap is None or swap.shadow_since is None else min(swap.shadow_since, cut.boundary)
         destinations = [
-            Destination(query_id=cut.old_query, topic=cut.old_topic, until=cut.boundary),
-            Destination(query_id=target.query_id, topic=target.topic, since=first_row_needed(start, target.windowing)),
+            Destination(query_id=cut.old_query, topic=cut.old_topic, until=cut.boundary, partitions=old_partitions),
+            Destination(
+                query_id=target.query_id,
+                topic=target.topic,
+                since=first_row_needed(start, target.windowing),
+                partitions=target.partitions,
+            ),
         ]
     shadow_graph = graphs.get(shadow.to_query) if shadow is not None and shadow.shadow_since is not None else None
     if shadow is not None and shadow.shadow_since is not None and shadow_graph is not None:
         since = first_row_needed(shadow.shadow_since, shadow_graph.windowing)
-        destinations.append(Destination(query_id=shadow_graph.query_id, topic=shadow_graph.topic, since=since))
+        destinations.append(
+            Destination(
+                query_id=shadow_graph.query_id,
+                topic=shadow_graph.topic,
+                since=since,
+                partitions=shadow_graph.partitions,
+            )
+        )
     return RoutingPlan(
         batch_id=batch_id,
         target_query=target.query_id,

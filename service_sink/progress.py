@@ -35,6 +35,8 @@ log = structlog.get_logger(__name__)
 
 IsCommitted = Callable[[str, int], bool]  # (query_id, batch_id) -> has the checkpoint committed it
 CheckpointWatermark = Callable[[str], int | None]  # query_id -> watermark of its last committed batch
+# (query_id, batch_id, Spark's watermark of the batch) -> how far the graph closed windows by that batch
+BatchWatermark = Callable[[str, int, int | None], int | None]
 
 
 def parse_spark_time(text: str | None) -> int | None:
@@ -69,12 +71,15 @@ class ProgressReporter:
         is_committed: IsCommitted,
         fence: Fence | None = None,
         checkpoint_watermark: CheckpointWatermark | None = None,
+        batch_watermark: BatchWatermark | None = None,
     ):
         self._fence = fence  # reports are control state: only the lease holder writes them
         self._redis = client
         self._keys = keys
         self._is_committed = is_committed
         self._checkpoint_watermark = checkpoint_watermark
+        # A closing graph keeps no Spark watermark: it says itself how far each batch closed.
+        self._batch_watermark = batch_watermark
         self._latest: dict[str, GraphProgress] = {}
         self._floor: dict[str, int | None] = {}  # from the checkpoint, read once per graph
 
@@ -109,9 +114,12 @@ class ProgressReporter:
         if batch_id == before.batch_id:
             return  # nothing new since the last poll: no write
         event_time = progress.eventTime or {}
+        watermark = parse_spark_time(event_time.get("watermark"))
+        if self._batch_watermark is not None:
+            watermark = self._batch_watermark(query_id, batch_id, watermark)
         report = before.changed(
             batch_id=batch_id,
-            watermark=parse_spark_time(event_time.get("watermark")),
+            watermark=watermark,
             num_input_rows=int(progress.numInputRows),
             input_offsets=input_offsets(progress),
             updated_at=now_ms(),

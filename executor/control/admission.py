@@ -238,6 +238,7 @@ class Admission:
         assert shape is not None
         taken = {s.to_query for s in swaps if s.id != swap.id and s.state.is_in_flight}
         query_id = self._graphs.unique_id(swap.to_query, taken)
+        engine, partitions = self._graphs.layout()
         record = GraphRecord(
             query_id=query_id,
             source=swap.source,
@@ -248,6 +249,8 @@ class Admission:
             reads=reads,
             slide_ms=shape.windowing.slide_ms,
             shadow_results_topic=self._settings.names.shadow_results_topic(query_id) if swap.shadow else None,
+            engine=engine,
+            partitions=partitions,
         )
         # Not bound to `from_query` yet: that happens when its turn comes (SwapProtocol._start_turn).
         updated = self._journal.advance(

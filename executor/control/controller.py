@@ -69,6 +69,7 @@ class Executor:
             self.graphs.runner.is_committed,
             self._fence,
             checkpoint_watermark=self.graphs.runner.last_commit_watermark,
+            batch_watermark=self.graphs.runner.batch_watermark,
         )
         self._swaps: SwapProtocol | None = None
         self.dry_runs = DryRuns(settings, spark, client, self.graphs)  # `submit --dry-run`: answered, never recorded
@@ -135,6 +136,7 @@ class Executor:
         if partitions is None:
             self._topics.ensure(settings.source_topic, settings.source_partitions)
             partitions = settings.source_partitions
+        self.graphs.source_partitions = partitions
         compacted = {"cleanup.policy": "compact"} if settings.sink_compacted else None
         self._topics.ensure(settings.sink_topic, partitions, compacted)
         for topic in (settings.names.late_topic, settings.names.dead_letter_topic):
@@ -218,6 +220,7 @@ class Executor:
                 service_window_ms=self.settings.window.ms,
             )
         query_id = begun.query_id if begun else self.graphs.unique_id(initial.name, set())
+        engine, partitions = self.graphs.layout()
         record = begun or GraphRecord(
             query_id=query_id,
             source=initial,
@@ -227,6 +230,8 @@ class Executor:
             spark_query_id=new_spark_query_id(),
             reads=reads,
             slide_ms=shape.windowing.slide_ms,
+            engine=engine,
+            partitions=partitions,
         )
         self.graphs.deploy_first(record)
         log.info("initial execution graph running", query_id=query_id, windows=shape.windowing.describe())

@@ -18,13 +18,14 @@ from hotswap.contract.causes import is_checkpoint_conflict
 from hotswap.contract.errors import TimeoutExpired
 from hotswap.contract.fence import Batch, Fence, fenced_write
 from hotswap.contract.lifecycle import RestartBudget
-from hotswap.contract.models import CurrentQuery, GraphRecord, GraphState, QuerySource, now_ms
+from hotswap.contract.models import CurrentQuery, GraphEngine, GraphRecord, GraphState, QuerySource, now_ms
 from hotswap.contract.names import Keys
 from hotswap.contract.ownership import OwnershipReader
 from hotswap.contract.records import read_current, read_graphs, read_graphs_named
 from hotswap.contract.settings import Settings
 from hotswap.contract.source import LEGACY_SOURCE, SourceFormat, SourceSpec
 from hotswap.execution_graph.errors import QueryRejected
+from hotswap.execution_graph.events import batch_events
 from hotswap.execution_graph.graph import GraphRunner, events_stream
 from hotswap.execution_graph.schemas import check_version
 from hotswap.execution_graph.validation import QueryShape, validate_query
@@ -32,8 +33,6 @@ from hotswap.executor.control.topics import Topics
 from hotswap.service_sink.results import ResultWriter
 
 log = structlog.get_logger(__name__)
-
-GRAPH_TOPIC_PARTITIONS = 1
 
 
 class Graphs:
@@ -58,6 +57,9 @@ class Graphs:
         # The namespace's resolved source (set when the executor starts): what a query reads unless
         # it or its predecessor declares its own schema.
         self.namespace_source: SourceSpec = LEGACY_SOURCE
+        # The source topic's partitions when the executor started: a closing graph's topic has as
+        # many unless `graph_partitions` says otherwise.
+        self.source_partitions: int = settings.source_partitions
         # Queries under an automatic rollback's error budget: (failures allowed, within seconds).
         self._error_budgets: dict[str, tuple[int, float]] = {}
 
@@ -95,10 +97,20 @@ class Graphs:
         return f"{name}-{n}"
 
     # -- validation ------------------------------------------------------------------------
+    def layout(self) -> tuple[GraphEngine, int]:
+        """The engine and topic partitions of a graph recorded now (GraphRecord's fields)."""
+        engine = self._settings.graph_engine
+        if engine is GraphEngine.STATEFUL:
+            return engine, 1
+        return engine, self._settings.graph_partitions or self.source_partitions
+
     def validate(self, source: QuerySource, running_window_ms: int | None, reads: SourceSpec) -> QueryShape:
-        """Analyse the query over the `events` its version would read (`reads`), over a stream of a
-        topic that is never started, so nothing is read. `running_window_ms`: the spacing of the
-        running query's window ends (its slide; its size when tumbling)."""
+        """Analyse the query over the `events` its version would read (`reads`), as the engine of a
+        graph deployed now would run it: over a stream of a topic that is never started (stateful),
+        or over an empty batch (closing), so nothing is read. `running_window_ms`: the spacing of
+        the running query's window ends (its slide; its size when tumbling)."""
+        if self._settings.graph_engine is GraphEngine.CLOSING:
+            return validate_query(self._spark, source, batch_events(self._spark, reads), running_window_ms)
         stream = events_stream(self._spark, self._settings, self._settings.names.graph_topic("validation"), reads)
         return validate_query(self._spark, source, stream, running_window_ms)
 
@@ -125,14 +137,15 @@ class Graphs:
         """Create the graph's topic and start its query without waiting for it (see `ready`). The
         caller recorded the graph (and its swap `deploying`) first.
 
-        The topic has one partition: rows and the watermark markers after them stay in the order
-        the service graph wrote them, so the graph never reads a marker before rows it covers.
+        The topic has the record's partitions. Within each, rows and the watermark markers after them
+        stay in the order the service graph wrote them, so the graph never reads a marker before rows
+        it covers (a stateful graph's topic has one: Spark's watermark is the largest over partitions).
         """
         self._ensure_topics(record)
         self.runner.begin(record, self._writer(record))
 
     def _ensure_topics(self, record: GraphRecord) -> None:
-        self._topics.ensure(record.topic, GRAPH_TOPIC_PARTITIONS)
+        self._topics.ensure(record.topic, record.partitions)
         if record.shadow_results_topic is not None:
             self._topics.ensure(record.shadow_results_topic, 1)
 

@@ -32,7 +32,7 @@ import structlog
 from hotswap.contract.faults import crash_point
 from hotswap.contract.fence import Fence
 from hotswap.contract.journal import Also, Journal, SwapPhase, SwapRecord, active_swap
-from hotswap.contract.models import CurrentQuery, GraphRecord, GraphState, now_ms
+from hotswap.contract.models import CurrentQuery, GraphEngine, GraphRecord, GraphState, now_ms
 from hotswap.contract.names import Keys
 from hotswap.contract.phases import Wait, clock
 from hotswap.contract.reasons import ReasonCode
@@ -236,7 +236,9 @@ class SwapProtocol:
             return None
         self._log(swap).info("recovery starts", failed_query=dead.query_id, from_window_end=stopped_at)
         # The graph reads the failed graph's topic from there: written with `deploying`, before it starts.
-        graph = record.changed(topic=dead.topic, start_after=stopped_at)
+        # On the failed graph's topic, with its partitions (a topic of several needs the closing engine).
+        engine = GraphEngine.CLOSING if dead.partitions > 1 else record.engine
+        graph = record.changed(topic=dead.topic, start_after=stopped_at, partitions=dead.partitions, engine=engine)
         changes = {"from_query": dead.query_id, "old_window_ms": dead.window_ms, "old_slide_ms": dead_windows.slide_ms}
         return changes, graph
 

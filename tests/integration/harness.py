@@ -317,7 +317,10 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
         "LOG_FORMAT": "json",
         "SPARK_CONF": json.dumps(KEEP_EVERY_BATCH),
         "TOPIC_REPLICATION_FACTOR": str(settings.topic_replication_factor),
+        "GRAPH_ENGINE": str(settings.graph_engine),
     }
+    if settings.graph_partitions is not None:
+        values["GRAPH_PARTITIONS"] = str(settings.graph_partitions)
     if settings.topic_min_insync_replicas is not None:
         values["TOPIC_MIN_INSYNC_REPLICAS"] = str(settings.topic_min_insync_replicas)
     env.update({f"HOTSWAP_{k}": v for k, v in values.items()})

@@ -1,0 +1,300 @@
+"""The closing engine: an execution graph that computes each window once, when it closes.
+
+The service graph writes a window's rows into the graph's topic, then, once its own watermark has
+passed the window, an end-of-window marker into every partition of that topic. So the graph needs
+no Spark watermark and no state store to know a window is complete: it notices the markers.
+
+Its streaming query reads only the route headers of its topic. After each batch it knows, per
+graph partition, the highest marker read so far and the first offset of the rows of each open
+event-time bucket (a bucket is one slide of the query's windows). The graph has closed through
+the **minimum** over all its partitions of their highest markers (the "one watermark" rule, kept
+here instead of by Spark's max-based watermark, so a skewed partition, an empty one or a row cap
+never closes a window early). When that minimum moves from P to C, the windows ending in (P, C]
+are complete: in the same batch they are computed once, as a Spark batch job over exactly their
+rows, read back from the topic by offset range, each source event counted once by a stateless
+deduplication. Results go to the sink under the usual idempotent keys.
+
+Nothing per event is kept anywhere. What the graph keeps between batches is a few integers per
+partition and per open bucket (`ClosingState`), written to its checkpoint (`closing/<batch id>`)
+before the batch's results, and derived only from the batch's own records and the state of the
+batch before. A batch Spark replays after a crash therefore reads the same offsets, reaches the same
+state, closes the same windows and writes the same results under the same keys.
+(docs/architecture.md, "Two graph engines".)
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+import structlog
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from hotswap.contract.faults import crash_point
+from hotswap.contract.models import GraphRecord
+from hotswap.contract.settings import Settings
+from hotswap.contract.source import EVENT_TIME_COLUMN
+from hotswap.contract.windows import GRAPH_WATERMARK_DELAY_MS, Windowing
+from hotswap.execution_graph.checkpoint import CheckpointDir
+from hotswap.execution_graph.errors import GraphStateLost
+from hotswap.execution_graph.events import parsed_events, routed_rows, version_reads
+from hotswap.execution_graph.user_query import apply_query
+
+log = structlog.get_logger(__name__)
+
+BatchWriter = Callable[[DataFrame, int], None]
+
+# State files kept in the checkpoint: Spark replays at most the last uncommitted batch, which needs
+# the one before it; a few more are kept for whoever reads a checkpoint by hand.
+STATE_FILES_KEPT = 10
+STATE_DIR = "closing"
+
+
+# -- the state, free of Spark ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class PartitionRead:
+    """What one batch read from one partition of the graph's topic."""
+
+    partition: int
+    end: int  # the offset after the last record read
+    marker: int | None = None  # the highest marker position read (a window ending at or before it is closed)
+    first_offsets: Mapping[int, int] = field(default_factory=dict)  # bucket start (ms) -> first data row's offset
+
+
+@dataclass(frozen=True)
+class ClosingState:
+    """What a closing graph keeps between batches, after batch `batch_id`."""
+
+    batch_id: int = -1
+    closed_through: int | None = None  # every window ending at or before this has been emitted
+    markers: Mapping[int, int] = field(default_factory=dict)  # partition -> highest marker position read
+    ends: Mapping[int, int] = field(default_factory=dict)  # partition -> offset after the last record read
+    # bucket start (ms) -> partition -> offset of the first data row of that bucket, for open buckets
+    first_offsets: Mapping[int, Mapping[int, int]] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "batch_id": self.batch_id,
+                "closed_through": self.closed_through,
+                "markers": {str(p): m for p, m in sorted(self.markers.items())},
+                "ends": {str(p): e for p, e in sorted(self.ends.items())},
+                "first_offsets": {
+                    str(b): {str(p): o for p, o in sorted(parts.items())}
+                    for b, parts in sorted(self.first_offsets.items())
+                },
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> ClosingState:
+        raw = json.loads(text)
+        return cls(
+            batch_id=int(raw["batch_id"]),
+            closed_through=None if raw["closed_through"] is None else int(raw["closed_through"]),
+            markers={int(p): int(m) for p, m in raw["markers"].items()},
+            ends={int(p): int(e) for p, e in raw["ends"].items()},
+            first_offsets={
+                int(b): {int(p): int(o) for p, o in parts.items()} for b, parts in raw["first_offsets"].items()
+            },
+        )
+
+
+@dataclass(frozen=True)
+class Closing:
+    """The windows one batch closes, ending in (after, through], and where their rows are: for
+    each partition the offsets [from, to) to read, and the event times [rows_since, through) the
+    windows hold."""
+
+    after: int | None
+    through: int
+    offsets: Mapping[int, tuple[int, int]]
+    rows_since: int | None
+
+
+def advance(
+    state: ClosingState, batch_id: int, reads: Iterable[PartitionRead], partitions: int, windowing: Windowing
+) -> tuple[ClosingState, Closing | None]:
+    """The state after a batch that read `reads`, and the windows it closes (None: none).
+
+    The graph has closed through the minimum over all `partitions` of the highest marker each has
+    read: a partition that has read no marker yet closes nothing. It never moves back.
+    """
+    markers = dict(state.markers)
+    ends = dict(state.ends)
+    first: dict[int, dict[int, int]] = {b: dict(parts) for b, parts in state.first_offsets.items()}
+    for read in reads:
+        if read.marker is not None:
+            markers[read.partition] = max(read.marker, markers.get(read.partition, read.marker))
+        ends[read.partition] = max(read.end, ends.get(read.partition, read.end))
+        for bucket, offset in read.first_offsets.items():
+            parts = first.setdefault(bucket, {})
+            parts[read.partition] = min(offset, parts.get(read.partition, offset))
+    previous = state.closed_through
+    reached = min(markers[p] for p in range(partitions)) if all(p in markers for p in range(partitions)) else None
+    closed = previous if reached is None or (previous is not None and reached <= previous) else reached
+    closing = None
+    if closed is not None and closed != previous:
+        needed = {b: parts for b, parts in first.items() if _needed(b, previous, closed, windowing)}
+        offsets: dict[int, tuple[int, int]] = {}
+        for parts in needed.values():
+            for partition, offset in parts.items():
+                start = min(offset, offsets[partition][0]) if partition in offsets else offset
+                offsets[partition] = (start, ends[partition])
+        rows_since = None if previous is None else previous - windowing.size_ms + 1
+        closing = Closing(after=previous, through=closed, offsets=offsets, rows_since=rows_since)
+    if closed is not None:
+        # A bucket no window ending after `closed` reads is done with (a replayed service batch's
+        # duplicates may bring its rows again after the marker: they belong to closed windows).
+        first = {b: parts for b, parts in first.items() if _needed(b, closed, None, windowing)}
+    return ClosingState(batch_id, closed, markers, ends, first), closing
+
+
+def _needed(bucket: int, after: int | None, through: int | None, windowing: Windowing) -> bool:
+    """Whether rows in [bucket, bucket + slide) belong to a window ending in (after, through]. Windows
+    lie on the slide's grid (validation refuses offset windows), so those rows' windows end on the
+    grid from bucket + slide to bucket + size."""
+    if through is not None and bucket + windowing.slide_ms > through:
+        return False
+    return after is None or bucket + windowing.size_ms > after
+
+
+def bucket_of(event_time_ms: int, windowing: Windowing) -> int:
+    return event_time_ms - event_time_ms % windowing.slide_ms
+
+
+# -- the Spark side --------------------------------------------------------------------------------
+class WindowCloser:
+    """The foreachBatch function of a closing graph's stream (see the module's docstring)."""
+
+    def __init__(self, settings: Settings, record: GraphRecord, writer: BatchWriter, checkpoint: CheckpointDir) -> None:
+        self._settings = settings
+        self._record = record
+        self._writer = writer
+        self._files = checkpoint
+        self._windowing = record.windowing
+        self._lock = threading.Lock()
+        self._closed: dict[int, int | None] = {}  # batch id -> closed through after it (this process's batches)
+
+    def closed_through(self, batch_id: int) -> int | None:
+        """Closed through after `batch_id` (from this process's memory, else the checkpoint)."""
+        with self._lock:
+            if batch_id in self._closed:
+                return self._closed[batch_id]
+        state = self._load(batch_id)
+        return None if state is None else state.closed_through
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        previous = ClosingState()
+        if batch_id > 0:
+            loaded = self._load(batch_id - 1)
+            if loaded is None:
+                raise GraphStateLost(
+                    f"execution graph {self._record.query_id}: its checkpoint has no {STATE_DIR}/{batch_id - 1}, the "
+                    "state of its last committed batch; the checkpoint was damaged or written by another engine"
+                )
+            previous = loaded
+        state, closing = advance(previous, batch_id, self._reads(batch), self._record.partitions, self._windowing)
+        # Written before the results. A replay of this batch reaches the same state from the same
+        # state before it, so a file already there is kept.
+        self._files.write_once(f"{STATE_DIR}/{batch_id}", state.to_json())
+        if closing is not None:
+            self._close(batch.sparkSession, closing, batch_id)
+        with self._lock:
+            self._closed[batch_id] = state.closed_through
+            for old in [b for b in self._closed if b < batch_id - STATE_FILES_KEPT]:
+                del self._closed[old]
+        self._files.delete(f"{STATE_DIR}/{batch_id - STATE_FILES_KEPT}")
+
+    def _load(self, batch_id: int) -> ClosingState | None:
+        return closing_state(self._files, batch_id)
+
+    def _reads(self, batch: DataFrame) -> list[PartitionRead]:
+        """Per graph partition: the end offset, the highest marker and each bucket's first offset, in
+        one small aggregation over the batch's route headers (the values are never decoded)."""
+        slide = self._windowing.slide_ms
+        rows = (
+            batch.selectExpr(
+                "partition",
+                "offset",
+                "split(CAST(try_element_at(headers, 1).value AS STRING), ',') AS route",
+            )
+            .selectExpr("partition", "offset", "route[0] AS kind", "try_cast(route[3] AS BIGINT) AS t")
+            .groupBy(
+                "partition",
+                F.expr(f"CASE WHEN kind = 'data' THEN t - pmod(t, {slide}) END").alias("bucket"),
+            )
+            .agg(
+                F.min("offset").alias("first"),
+                F.max("offset").alias("last"),
+                F.max(F.expr(f"CASE WHEN kind = 'marker' THEN t - {GRAPH_WATERMARK_DELAY_MS} END")).alias("marker"),
+            )
+            .collect()
+        )
+        by_partition: dict[int, PartitionRead] = {}
+        for row in rows:
+            partition = int(row["partition"])
+            read = by_partition.get(partition) or PartitionRead(partition=partition, end=0)
+            read = replace(read, end=max(read.end, int(row["last"]) + 1))
+            if row["marker"] is not None:
+                marker = int(row["marker"])
+                read = replace(read, marker=marker if read.marker is None else max(marker, read.marker))
+            if row["bucket"] is not None:
+                read = replace(read, first_offsets={**read.first_offsets, int(row["bucket"]): int(row["first"])})
+            by_partition[partition] = read
+        return list(by_partition.values())
+
+    def _close(self, spark: SparkSession, closing: Closing, batch_id: int) -> None:
+        """Compute the windows ending in (after, through] over their rows, and write the results."""
+        record = self._record
+        if not closing.offsets:
+            log.debug("windows closed with no rows", query_id=record.query_id, through=closing.through)
+            return
+        topic = record.topic
+        partitions = sorted(closing.offsets)
+        raw = (
+            spark.read.format("kafka")
+            .options(**self._settings.spark_kafka_options())
+            .option("assign", json.dumps({topic: partitions}))
+            .option("startingOffsets", json.dumps({topic: {str(p): closing.offsets[p][0] for p in partitions}}))
+            .option("endingOffsets", json.dumps({topic: {str(p): closing.offsets[p][1] for p in partitions}}))
+            .option("failOnDataLoss", "true")
+            .option("includeHeaders", "true")
+            .load()
+        )
+        since = closing.rows_since
+        if record.reads_from is not None:
+            since = record.reads_from if since is None else max(since, record.reads_from)
+        keep = ["kind = 'data'", f"{EVENT_TIME_COLUMN} < timestamp_millis({closing.through})"]
+        if since is not None:
+            keep.append(f"{EVENT_TIME_COLUMN} >= timestamp_millis({since})")
+        data = routed_rows(raw).where(" AND ".join(keep))
+        events = (
+            parsed_events(spark, data, version_reads(record))
+            # A replayed service batch wrote its rows again: each source event is counted once.
+            .dropDuplicates(["_hotswap_partition", "_hotswap_offset"])
+            .drop("_hotswap_partition", "_hotswap_offset")
+        )
+        output = apply_query(spark, events, record.source)
+        after = "" if closing.after is None else f"window_end > timestamp_millis({closing.after}) AND "
+        closed = output.where(f"{after}window_end <= timestamp_millis({closing.through})")
+        self._writer(closed, batch_id)
+        crash_point("graph:after-results")  # results out, the batch not committed: Spark replays it
+        log.debug(
+            "windows closed",
+            query_id=record.query_id,
+            after=closing.after,
+            through=closing.through,
+            offsets={p: list(r) for p, r in closing.offsets.items()},
+        )
+
+
+def closing_state(files: CheckpointDir, batch_id: int) -> ClosingState | None:
+    """A closing graph's state after `batch_id`, from its checkpoint (None: no such file, or not a
+    closing graph's checkpoint)."""
+    text = files.read_text(f"{STATE_DIR}/{batch_id}")
+    return None if text is None else ClosingState.from_json(text)
