@@ -1,6 +1,6 @@
-"""What every benchmark section shares: settings for the embedded bench stack, the run's context
-(Spark, the resource sampler, progress lines), the generator and results watcher of a namespace,
-and the arithmetic on results (latency, gaps, coverage of the source)."""
+"""What every benchmark section shares: the contenders, settings for the embedded bench stack, the
+run's context (Spark, the resource sampler, progress lines), the generator and results watcher of a
+namespace, and the arithmetic on results (latency, gaps, coverage of the source)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 
 from benchmarks.probe import Emission, LoadProcess, ResultWatcher
 from benchmarks.resources import Resources
+from hotswap.contract.models import GraphEngine
 from hotswap.contract.settings import Settings
 from hotswap.executor.control.topics import Topics
 from hotswap.service_sink.audit import read_topic_records
@@ -33,10 +34,34 @@ KEYS = 1_000
 DISORDER_MS = 200
 
 
-def settings_for(name: str, source_topic: str | None = None) -> Settings:
-    """A fresh namespace (own topics, checkpoints, Redis keys) on the bench stack's ports."""
+# The contenders, in the order each round runs them: plain Spark, then hotswap on each execution-graph
+# engine (`graph_engine`; `graph_partitions` left unset, so a closing graph's topic has as many
+# partitions as the source topic). "hotswap" is the stateful engine under the name every earlier
+# run used, so its JSON keys read as before.
+PLAIN = "plain_spark"
+ENGINES: dict[str, GraphEngine] = {"hotswap": GraphEngine.STATEFUL, "hotswap_closing": GraphEngine.CLOSING}
+SIDES = (PLAIN, *ENGINES)
+
+
+def suffix(side: str) -> str:
+    """What a hotswap side adds to the names of its phases and report sections: nothing for the
+    stateful engine (the names from before there were two), `_closing` for the closing one."""
+    return side.removeprefix("hotswap") if side in ENGINES else ""
+
+
+def live_key(side: str) -> str:
+    """The report section of a hotswap side's live swaps: `live`, `live_closing`."""
+    return f"live{suffix(side)}"
+
+
+def settings_for(name: str, source_topic: str | None = None, engine: GraphEngine = GraphEngine.STATEFUL) -> Settings:
+    """A fresh namespace (own topics, checkpoints, Redis keys) on the bench stack's ports, whose
+    execution graphs run on `engine` (given explicitly, so HOTSWAP_GRAPH_ENGINE or
+    HOTSWAP_GRAPH_PARTITIONS in the environment cannot turn one contender into the other)."""
     namespace = f"bench-{name}-{uuid.uuid4().hex[:6]}"
     return Settings(
+        graph_engine=engine,
+        graph_partitions=None,
         home=HOME,
         jars_dir=REPO / ".hotswap" / "jars",
         kafka_port=29092,

@@ -1,5 +1,6 @@
-"""The live rounds: plain Spark and hotswap alternate under the same paced load (plain, hotswap, plain,
-hotswap, ...), each on a fresh namespace, and each round measures steady-state result latency.
+"""The live rounds: plain Spark and hotswap on each execution-graph engine alternate under the same
+paced load (plain, hotswap, hotswap_closing, plain, ...: common.SIDES), each on a fresh namespace,
+and each round measures steady-state result latency.
 
 A segment is one pipeline under load:
 1. start the pipeline, then the generator (its own process, event time = wall time);
@@ -7,9 +8,11 @@ A segment is one pipeline under load:
    way for both sides);
 3. steady: the next `steady_windows` windows that start at or after the first result's window end;
    their results' latency is the steady latency, and the CPU over the first `steady_s` after warm
-   is the cost at the base rate;
+   is the cost at the base rate; for hotswap, the Spark tasks each execution-graph batch ran then,
+   and its graph topic's partitions;
 4. then, by round: nothing; the cost steps (the rate raised step by step, CPU per 1,000 events at
-   each); or the change itself: stop-and-restart for plain Spark, two live swaps for hotswap.
+   each); or the change itself: stop-and-restart for plain Spark, two live swaps (and a promoted
+   shadow) for each hotswap engine.
 
 Result latency = the result's Kafka timestamp (set by Spark's Kafka producer from the wall clock
 when the result is sent; the ResultWriter writes no timestamp column) minus the moment its window
@@ -29,8 +32,11 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from benchmarks.common import (
     CHANGED,
+    ENGINES,
     LATENESS_MS,
+    PLAIN,
     QUERY,
+    SIDES,
     WINDOW_MS,
     Bench,
     Emitted,
@@ -42,6 +48,7 @@ from benchmarks.common import (
     settings_for,
     source_counts,
     stats,
+    suffix,
     wait_for,
     window_gaps,
 )
@@ -59,7 +66,7 @@ from benchmarks.profile import (
 )
 from hotswap.contract import stages
 from hotswap.contract.journal import SwapPhase, SwapRecord
-from hotswap.contract.models import now_ms
+from hotswap.contract.models import GraphEngine, now_ms
 from hotswap.executor.operator.client import Client
 from hotswap.service_sink.audit import audit, read_results
 
@@ -77,6 +84,10 @@ class LiveShape:
     measure_s: float  # per cost step; a multiple of the window too
     after_swap_s: float
     restart_after_s: float
+    # The closing engine's cost steps (in the cost round) and shadow promotion (in the last round).
+    # QUICK leaves them out: a third contender already adds half as much again to the run, and these
+    # two are not among the measures the engines are compared on (throughput, steady latency, swap).
+    closing_extras: bool = True
 
 
 @dataclass
@@ -235,13 +246,19 @@ class Segment:
     def _profile(self, start_ms: int, end_ms: int, before: Codegen | None) -> dict[str, Any]:
         after = codegen(self.bench.spark)
         durations, batches = {}, 0
-        for name, query in self.pipeline.queries().items():
+        queries = self.pipeline.queries()
+        for name, query in queries.items():
             got = progress_between(query, start_ms, end_ms)
             batches += len(got)
             durations[name] = {"batches": len(got), **duration_medians(got)}
+        profile: dict[str, Any] = {
+            "spark_durations_ms": durations,
+            "codegen": codegen_per_batch(before, after, batches),
+        }
         if isinstance(self.pipeline, HotswapPipeline):
             self.stage_samples = stage_samples(self.settings)
-        return {"spark_durations_ms": durations, "codegen": codegen_per_batch(before, after, batches)}
+            profile["graphs"] = self.pipeline.graph_report(queries, start_ms, end_ms)
+        return profile
 
     def cost_steps(self) -> None:
         """The rate raised step by step; CPU and events over `measure_s` at each, after `settle_s`."""
@@ -271,7 +288,7 @@ class Segment:
         return stats([latency_ms(e) for e in self.results if e.window_start in self.steady_windows])
 
     def costs(self) -> list[dict[str, Any]]:
-        last_stage = "plain" if self.side == "plain_spark" else "graph."
+        last_stage = "plain" if self.side == PLAIN else "graph."
         out = []
         for interval in self.intervals:
             cost = interval.cost(self.bench, last_stage)
@@ -360,40 +377,47 @@ def drain_of(graphs: dict[str, StreamingQuery], swap: SwapRecord) -> dict[str, A
     return drain_batches(progress_between(query, at["draining"] - 10_000, at["drained"]), at["draining"], at["drained"])
 
 
-def run_swaps(segment: Segment, pipeline: HotswapPipeline) -> SwapTail:
-    """The change made live: one swap at the base rate, then one back while the rate doubles."""
+def run_swaps(segment: Segment, pipeline: HotswapPipeline, promote: bool = True) -> SwapTail:
+    """The change made live: one swap at the base rate, then one back while the rate doubles, then
+    (with `promote`) the same change as a promoted shadow. The resource phases carry the side's
+    suffix, so each engine's swap has its own memory peaks."""
     bench, shape, client = segment.bench, segment.shape, pipeline.client
     assert segment.load is not None
     errors: list[str] = []
-    bench.resources.phase("swap")
+    tag, side = suffix(pipeline.side), pipeline.side
+    bench.resources.phase(f"swap{tag}")
     graphs = pipeline.queries()
     swap = client.submit(CHANGED, CHANGED.stem)
-    bench.clock.step(f"live: submitted swap {QUERY.stem} -> {CHANGED.stem}")
+    bench.clock.step(f"live: {side} submitted swap {QUERY.stem} -> {CHANGED.stem}")
     done = _finish(client, swap.id, errors)
     drain = drain_of(graphs, done)
-    bench.clock.step(f"live: swap {done.state.value}; {shape.after_swap_s:.0f}s after it")
-    bench.resources.phase("after_swap")
+    bench.clock.step(f"live: {side} swap {done.state.value}; {shape.after_swap_s:.0f}s after it")
+    bench.resources.phase(f"after_swap{tag}")
     time.sleep(shape.after_swap_s)
-    bench.resources.phase("swap_at_2x_rate")
+    bench.resources.phase(f"swap_at_2x_rate{tag}")
     segment.load.set_rate(2 * shape.rate)
     graphs = pipeline.queries()
     swap2 = client.submit(QUERY, f"{QUERY.stem}_2")
-    bench.clock.step(f"live: rate doubled to {2 * shape.rate:.0f} ev/s; submitted swap back")
+    bench.clock.step(f"live: {side} rate doubled to {2 * shape.rate:.0f} ev/s; submitted swap back")
     done2 = _finish(client, swap2.id, errors)
     drain2 = drain_of(graphs, done2)
     segment.load.set_rate(shape.rate)
-    bench.resources.phase("after_swap_2x")
-    bench.clock.step(f"live: swap at 2x rate {done2.state.value}; a shadow of {CHANGED.stem} next")
-    promoted = run_promotion(segment, client, errors)
-    bench.clock.step("live: shadow promoted; letting the last windows close")
+    bench.resources.phase(f"after_swap_2x{tag}")
+    promoted = None
+    if promote:
+        bench.clock.step(f"live: {side} swap at 2x rate {done2.state.value}; a shadow of {CHANGED.stem} next")
+        promoted = run_promotion(segment, client, errors, tag)
+        bench.clock.step(f"live: {side} shadow promoted; letting the last windows close")
+    else:
+        bench.clock.step(f"live: {side} swap at 2x rate {done2.state.value}; letting the last windows close")
     time.sleep(LATENESS_MS / 1000 + 3)
     return SwapTail(done, done2, errors, promoted, (drain, drain2))
 
 
-def run_promotion(segment: Segment, client: Client, errors: list[str]) -> SwapRecord | None:
+def run_promotion(segment: Segment, client: Client, errors: list[str], tag: str = "") -> SwapRecord | None:
     """The same change as a shadow: started, left to run two windows, then promoted. Its time is
     from `hotswap promote` to completed, against the ordinary swap's submitted to completed."""
-    segment.bench.resources.phase("promotion")
+    segment.bench.resources.phase(f"promotion{tag}")
     shadow = client.submit(CHANGED, f"{CHANGED.stem}_shadow", shadow=True)
     try:
         client.wait_for(shadow.id, lambda r: r.state is SwapPhase.SHADOWING, 120, "shadowing")
@@ -488,21 +512,22 @@ class LiveReport:
     """What the live rounds produce; `run.py` files each part under its own key."""
 
     rounds: list[dict[str, Any]] = field(default_factory=list)
-    cost: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    live: dict[str, Any] | None = None
+    cost: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # side -> cost steps
+    live: dict[str, dict[str, Any]] = field(default_factory=dict)  # hotswap side -> its swaps
     restart: dict[str, Any] | None = None
-    stage_samples: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    stage_samples: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=dict)  # side -> role -> ...
     errors: list[str] = field(default_factory=list)
 
 
 def run_rounds(bench: Bench, shape: LiveShape, save: Callable[[LiveReport], None]) -> LiveReport:
-    """Rounds of plain then hotswap. Round 2 (warmed up, not the last) adds the cost steps; the last
-    round adds the change: stop-and-restart for plain Spark, the two swaps for hotswap."""
+    """Rounds of plain, then hotswap on each engine. Round 2 (warmed up, not the last) adds the cost
+    steps; the last round adds the change: stop-and-restart for plain Spark, the swaps for each
+    hotswap engine."""
     report = LiveReport()
     cost_round = min(2, shape.rounds)
     for round_no in range(1, shape.rounds + 1):
         entry: dict[str, Any] = {"round": round_no}
-        for side in ("plain_spark", "hotswap"):
+        for side in SIDES:
             try:
                 entry[side] = _run_one(bench, shape, side, round_no, cost_round, report)
             except Exception as exc:  # noqa: BLE001 - one failed segment is recorded; the rounds go on
@@ -520,21 +545,24 @@ def _run_one(
 ) -> dict[str, Any]:
     last = round_no == shape.rounds
     pipeline: PlainPipeline | HotswapPipeline
-    if side == "plain_spark":
+    if side == PLAIN:
         pipeline = PlainPipeline(bench.spark, settings_for(f"live{round_no}-plain"), QUERY)
         bench.resources.phase("plain_live")
     else:
-        pipeline = HotswapPipeline(bench.spark, settings_for(f"live{round_no}"), QUERY)
-        bench.resources.phase("steady")
+        settings = settings_for(f"live{round_no}{suffix(side)}", engine=ENGINES[side])
+        pipeline = HotswapPipeline(bench.spark, settings, QUERY, side)
+        bench.resources.phase(f"steady{suffix(side)}")
     bench.clock.step(f"live round {round_no}: {side}, {shape.rate:.0f} ev/s over 1,000 keys")
+    # The stateful engine and plain Spark always run the extras; the closing engine as the shape says.
+    extras = shape.closing_extras or ENGINES.get(side) is not GraphEngine.CLOSING
     swap_tail: SwapTail | None = None
     restart_tail: RestartTail | None = None
     with Segment(bench, pipeline, shape, seed=round_no) as segment:
         segment.measure_steady()
-        if round_no == cost_round:
+        if round_no == cost_round and extras:
             segment.cost_steps()
         if last and isinstance(pipeline, HotswapPipeline):
-            swap_tail = run_swaps(segment, pipeline)
+            swap_tail = run_swaps(segment, pipeline, promote=extras)
         if last and isinstance(pipeline, PlainPipeline):
             restart_tail = run_restart(segment, pipeline)
     bench.resources.refresh()
@@ -542,14 +570,14 @@ def _run_one(
     bench.clock.step(
         f"live round {round_no}: {side} steady p50 {summary['steady']['p50_s']}s, p99 {summary['steady']['p99_s']}s"
     )
-    merge(report.stage_samples, segment.stage_samples)
+    merge(report.stage_samples.setdefault(side, {}), segment.stage_samples)
     if round_no == cost_round:
         report.cost[side] = segment.costs()
         summary["cost"] = report.cost[side]
     else:
         summary["cost"] = segment.costs()  # the base rate only
     if swap_tail is not None:
-        report.live = swap_summary(segment, swap_tail)
+        report.live[side] = swap_summary(segment, swap_tail)
     if restart_tail is not None:
         report.restart = restart_summary(segment, restart_tail)
     return summary

@@ -12,6 +12,12 @@ so tests/unit/test_bench_numbers.py checks the arithmetic on its own.
 - `swap_phases`: each recorded journal phase's duration and its time against the swap's floor.
 - `drain_batches`: a drain split into the old graph's batch in flight at the marker, the batches
   after it, and the wait until `drained` is recorded.
+- `ratio` and `paired_ratios`: one contender against another (plain Spark, or its steady state),
+  once or round by round (each round's ratio, then their spread).
+- `tasks_per_batch` and `tasks_over_rounds`: the Spark tasks each micro-batch of a query ran, from
+  its batches' times and the stages of its jobs; then over the rounds.
+- `one_value`: a measure that should not change between rounds (a topic's partitions), or every
+  value it took when it did.
 """
 
 from __future__ import annotations
@@ -195,3 +201,76 @@ def drain_batches(batches: Iterable[Mapping[str, Any]], marker_ms: int, drained_
         "seen_s": None if last_end is None else round((drained_ms - last_end) / 1000, 3),
         "total_s": round((drained_ms - marker_ms) / 1000, 3),
     }
+
+
+def ratio(numerator: float | None, denominator: float | None, digits: int = 3) -> float | None:
+    """numerator / denominator; None when either was not measured or the denominator is zero."""
+    if numerator is None or not denominator:
+        return None
+    return round(numerator / denominator, digits)
+
+
+def paired_ratios(pairs: Iterable[tuple[float | None, float | None]], digits: int = 3) -> dict[str, Any] | None:
+    """The spread of each round's (numerator / denominator): a contender against plain Spark in the
+    same round, so a round on a busier machine weighs on both sides of its own ratio only."""
+    return spread((ratio(n, d, digits=9) for n, d in pairs), digits)
+
+
+def tasks_per_batch(batches: Iterable[tuple[int, int]], stages: Iterable[tuple[int, int]]) -> dict[str, Any]:
+    """The Spark tasks each micro-batch of one query ran.
+
+    `batches`: (start epoch ms, duration ms) of each of the query's batches in the measured period;
+    `stages`: (submission epoch ms, tasks run) of each stage of the query's jobs that Spark's status
+    store still holds. A query runs its batches one after the other, so a stage belongs to the batch
+    during which it was submitted; a stage submitted outside every batch is counted apart. The store
+    forgets the oldest stages beyond `spark.ui.retainedStages`, so a batch that began before the
+    first stage still held may have lost some: only the batches that began after it are counted.
+    """
+    spans = sorted(batches)
+    held = sorted(stages)
+    if not held:
+        return {"batches": len(spans), "counted": 0, "per_batch": [], "unattributed_stages": 0}
+    first_held = held[0][0]
+    counted = [(start, start + duration) for start, duration in spans if start > first_held]
+    tasks = [0] * len(counted)
+    unattributed = 0
+    for submitted, ran in held:
+        at = next((i for i, (start, end) in enumerate(counted) if start <= submitted <= end), None)
+        if at is not None:
+            tasks[at] += ran
+        elif counted and counted[0][0] <= submitted <= counted[-1][1]:
+            unattributed += 1  # between two counted batches: not a batch's own work
+    out: dict[str, Any] = {
+        "batches": len(spans),
+        "counted": len(counted),
+        "per_batch": tasks,
+        "unattributed_stages": unattributed,
+    }
+    if tasks:
+        out |= {
+            "median": statistics.median(tasks),
+            "mean": round(statistics.fmean(tasks), 1),
+            "max": max(tasks),
+            "total": sum(tasks),
+        }
+    return out
+
+
+def tasks_over_rounds(measured: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """`tasks_per_batch` of each round (or drain) -> the spread over them of each one's median and of
+    each one's largest batch, and how many batches were counted in all. A round that counted no
+    batch (Spark's store had nothing of it) is left out, as a round that measured nothing is."""
+    rounds = [m for m in measured if m.get("counted")]
+    return {
+        "median": spread(m.get("median") for m in rounds),
+        "max": spread(m.get("max") for m in rounds),
+        "batches_counted": sum(int(m["counted"]) for m in rounds),
+    }
+
+
+def one_value(values: Iterable[Any]) -> Any:
+    """The value every round measured (None if none did); every distinct value, sorted, if they differ."""
+    distinct = sorted({v for v in values if v is not None})
+    if not distinct:
+        return None
+    return distinct[0] if len(distinct) == 1 else distinct

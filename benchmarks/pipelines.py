@@ -3,7 +3,7 @@
 - `PlainPipeline`: one plain Spark Kafka-to-Kafka query (parse JSON, Spark's own watermark, the
   reference query, the same ResultWriter hotswap uses): what a user runs without hotswap.
 - `HotswapPipeline`: an executor in this process (the Spark driver's), with the service graph and
-  the execution graphs it runs.
+  the execution graphs it runs, on the engine its settings name (one side per engine).
 
 Both write to their namespace's results topic, where the benchmark reads every measure of progress
 (`probe.ResultWatcher`), and both name their Spark queries by role (`plain`, `service`,
@@ -15,15 +15,17 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
+from benchmarks.profile import graph_tasks
 from hotswap.contract.settings import Settings
 from hotswap.execution_graph.source import load_query_source
 from hotswap.execution_graph.user_query import apply_query
 from hotswap.executor.control.controller import Executor
+from hotswap.executor.control.topics import Topics
 from hotswap.executor.operator.client import Client, redis_client
 from hotswap.service_sink.results import ResultWriter
 
@@ -110,9 +112,8 @@ class PlainPipeline:
 
 
 class HotswapPipeline:
-    side = "hotswap"
-
-    def __init__(self, spark: SparkSession, settings: Settings, query: Path) -> None:
+    def __init__(self, spark: SparkSession, settings: Settings, query: Path, side: str = "hotswap") -> None:
+        self.side = side
         self.settings = settings
         self._spark = spark
         self._query_path = query
@@ -149,6 +150,32 @@ class HotswapPipeline:
         for query_id, query in self.executor.graphs.runner.running().items():
             found[f"graph.{query_id}"] = query
         return found
+
+    def graph_layout(self) -> dict[str, dict[str, Any]]:
+        """Per running execution graph (role `graph.<query id>`): its engine and partitions as its
+        record says, and its topic's partitions as Kafka says (what the graph actually read)."""
+        records = self.client.graph_records()
+        out: dict[str, dict[str, Any]] = {}
+        with Topics(self.settings) as topics:
+            for query_id in self.executor.graphs.runner.running():
+                record = records.get(query_id)
+                out[f"graph.{query_id}"] = {
+                    "engine": None if record is None else record.engine.value,
+                    "recorded_partitions": None if record is None else record.partitions,
+                    "topic_partitions": topics.partitions(self.settings.names.graph_topic(query_id)),
+                }
+        return out
+
+    def graph_report(self, queries: dict[str, StreamingQuery], start_ms: int, end_ms: int) -> dict[str, dict[str, Any]]:
+        """Per execution graph: its engine, its topic's partitions, and the Spark tasks each of its
+        batches that started within [start_ms, end_ms] ran. Read after the period (Kafka's metadata
+        and Spark's status store); a failure to read the layout is recorded, not fatal."""
+        try:
+            layout = self.graph_layout()
+        except Exception as exc:  # noqa: BLE001 - Redis or Kafka metadata: the tasks are still worth having
+            layout = {name: {"error": f"{type(exc).__name__}: {exc}"} for name in queries if name.startswith("graph.")}
+        tasks = graph_tasks(self._spark, queries, start_ms, end_ms)
+        return {name: {**layout.get(name, {}), "tasks": tasks.get(name)} for name in sorted({*layout, *tasks})}
 
     def stop(self) -> None:
         self._stop.set()

@@ -1,6 +1,6 @@
-"""The PNG next to the JSON: result latency over time with the swap phases shaded (hotswap), the
-same for stop-and-restart, events processed over time in each throughput run, and CPU per 1,000
-events by rate for both sides."""
+"""The PNG next to the JSON: result latency over time with the swap phases shaded (hotswap, one
+panel per execution-graph engine), the same for stop-and-restart, events processed over time in
+each throughput run, and CPU per 1,000 events by rate for every contender."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ matplotlib.use("Agg")  # no display on a CI box or a server
 import itertools
 
 import matplotlib.pyplot as plt
+
+from benchmarks.common import ENGINES, SIDES, live_key
 
 PHASE_COLOURS = ["#fde0dd", "#fcc5c0", "#fa9fb5", "#f768a1", "#dd3497", "#ae017e", "#7a0177"]
 
@@ -43,22 +45,25 @@ def _shade_swap(ax: Any, swap: dict[str, Any], t0: int, label: str) -> None:
 
 
 def draw(results: dict[str, Any], path: Path) -> None:
-    fig, axes = plt.subplots(4, 1, figsize=(11, 16))
-    live = results.get("live") or {}
-    if live.get("series"):
-        t0 = live["series"][0][0]
-        _latency(axes[0], live["series"], t0, "hotswap: result latency, swap phases shaded (second: rate x2)")
-        _shade_swap(axes[0], live["swap"], t0, "swap")
-        _shade_swap(axes[0], live["swap_at_2x_rate"], t0, "")
-        axes[0].legend(fontsize=7, loc="upper left", ncol=2)
+    panels = len(ENGINES) + 3
+    fig, all_axes = plt.subplots(panels, 1, figsize=(11, 4 * panels))
+    for ax, side in zip(all_axes, ENGINES, strict=False):
+        live = results.get(live_key(side)) or {}
+        if live.get("series"):
+            t0 = live["series"][0][0]
+            _latency(ax, live["series"], t0, f"{side}: result latency, swap phases shaded (second: rate x2)")
+            _shade_swap(ax, live["swap"], t0, "swap")
+            _shade_swap(ax, live["swap_at_2x_rate"], t0, "")
+            ax.legend(fontsize=7, loc="upper left", ncol=2)
+    restart_ax, throughput_ax, cost_ax = all_axes[len(ENGINES) :]
     restart = results.get("restart") or {}
     if restart.get("series"):
         t0 = restart["series"][0][0]
-        _latency(axes[1], restart["series"], t0, "plain Spark stop-and-restart: result latency")
+        _latency(restart_ax, restart["series"], t0, "plain Spark stop-and-restart: result latency")
         start = (restart["stop_at_ms"] - t0) / 1000
         end = ((restart.get("first_new_result_at_ms") or restart["stop_at_ms"]) - t0) / 1000
-        axes[1].axvspan(start, end, color="#fcc5c0", alpha=0.6, label="stop -> first new result")
-        axes[1].legend(fontsize=7, loc="upper left")
+        restart_ax.axvspan(start, end, color="#fcc5c0", alpha=0.6, label="stop -> first new result")
+        restart_ax.legend(fontsize=7, loc="upper left")
     throughput = results.get("throughput") or {}
     for run in throughput.get("runs", []):
         series = run.get("series") or []
@@ -68,23 +73,23 @@ def draw(results: dict[str, Any], path: Path) -> None:
             ys = [rows for _, rows in series]
             rate = run.get("events_per_s")
             label = f"{run['side']} round {run.get('round')} ({rate:,} ev/s)" if rate else run["side"]
-            axes[2].plot(xs, ys, marker=".", label=label)
-    axes[2].set_title("throughput: events counted by the results while draining the backlog (slope over 10-90 %)")
-    axes[2].set_xlabel("seconds since the first results")
-    axes[2].set_ylabel("events")
-    axes[2].legend(fontsize=7)
+            throughput_ax.plot(xs, ys, marker=".", label=label)
+    throughput_ax.set_title("throughput: events counted by the results while draining the backlog (slope over 10-90 %)")
+    throughput_ax.set_xlabel("seconds since the first results")
+    throughput_ax.set_ylabel("events")
+    throughput_ax.legend(fontsize=7)
     cost = results.get("cost") or {}
-    for side in ("plain_spark", "hotswap"):
+    for side in SIDES:
         steps = [s for s in cost.get(side) or [] if s.get("cpu_s_per_1000_events") is not None]
         if steps:
-            axes[3].plot(
+            cost_ax.plot(
                 [s["sent_rate"] for s in steps], [s["cpu_s_per_1000_events"] for s in steps], marker="o", label=side
             )
-    axes[3].set_title("cost: CPU seconds (Spark JVM + driver) per 1,000 events, by event rate")
-    axes[3].set_xlabel("events per second")
-    axes[3].set_ylabel("CPU s / 1,000 events")
-    axes[3].set_xscale("log")
-    axes[3].legend(fontsize=8)
+    cost_ax.set_title("cost: CPU seconds (Spark JVM + driver) per 1,000 events, by event rate")
+    cost_ax.set_xlabel("events per second")
+    cost_ax.set_ylabel("CPU s / 1,000 events")
+    cost_ax.set_xscale("log")
+    cost_ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

@@ -7,6 +7,9 @@
   counters (`CodegenMetrics` and `CodeGenerator.compileTime`). In local mode the tasks run in the
   driver JVM, so this counts every compilation, driver and tasks; a batch that keeps compiling is a
   plan that keeps changing.
+- the Spark tasks each execution-graph batch ran (`graph_tasks`), from the driver's status store
+  (`statusTracker`, no REST): the stages of the jobs in the query's job group, matched to its
+  batches by their submission time.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
+from benchmarks.measures import tasks_per_batch
 from hotswap.contract import stages
 from hotswap.contract.settings import Settings
 from hotswap.service_sink.progress import parse_spark_time
@@ -114,3 +119,58 @@ def codegen_per_batch(before: Codegen | None, after: Codegen | None, batches: in
         "compilations_per_batch": round(compilations / batches, 2) if batches else None,
         "compile_ms_per_batch": round(seconds * 1000 / batches, 1) if batches else None,
     }
+
+
+def query_stages(spark: SparkSession, query: StreamingQuery) -> list[tuple[int, int]] | None:
+    """(submission epoch ms, tasks run) of each stage of the query's Spark jobs that the driver's
+    status store still holds; None if Spark would not say.
+
+    A streaming query's thread runs every batch in the job group of its run id, and a foreachBatch's
+    Python calls back into the JVM on that same thread (py4j pins them to it), so the jobs a
+    foreachBatch starts (a closing graph's batch reads, the result writer's) are in that group too.
+    A skipped stage was never submitted (time 0): it ran nothing.
+    """
+    # The JVM's tracker, not pyspark's wrapper: the wrapper drops each stage's submission time.
+    tracker = spark.sparkContext._jsc.statusTracker()
+    seen: set[int] = set()
+    out: list[tuple[int, int]] = []
+    try:
+        for job_id in list(tracker.getJobIdsForGroup(str(query.runId))):
+            job = tracker.getJobInfo(job_id)
+            if job is None:  # forgotten by the store since the list was read
+                continue
+            for stage_id in list(job.stageIds()):
+                if stage_id in seen:
+                    continue
+                seen.add(stage_id)
+                stage = tracker.getStageInfo(stage_id)
+                submitted = 0 if stage is None else int(stage.submissionTime())
+                if submitted > 0:
+                    out.append((submitted, int(stage.numCompletedTasks())))
+    except Py4JError:
+        return None
+    return out
+
+
+def graph_tasks(
+    spark: SparkSession, queries: Mapping[str, StreamingQuery], start_ms: int, end_ms: int
+) -> dict[str, dict[str, Any]]:
+    """Per execution graph (role `graph.<query id>`): the Spark tasks each of its batches that
+    started within [start_ms, end_ms] ran (`measures.tasks_per_batch`). Read after the period, like
+    the rest of the profile; the bench keeps enough of Spark's stages for that (run.STATUS_RETENTION)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, query in queries.items():
+        if not name.startswith("graph."):
+            continue
+        batches = [
+            (b["start_ms"], int(b["durations_ms"].get("triggerExecution", 0)))
+            for b in progress_between(query, start_ms, end_ms)
+        ]
+        held = query_stages(spark, query)
+        got = tasks_per_batch(batches, held or [])
+        if held is None:
+            got["error"] = "Spark's status tracker did not answer"
+        elif not held:
+            got["error"] = f"no stage of job group {query.runId} (the query's run id) in Spark's status store"
+        out[name] = got
+    return out

@@ -1,5 +1,7 @@
-"""The summary: the issues' targets (met / not met, with the number), and the table printed at the end
-of a run (the README's Performance section shows the same table).
+"""The summary: the issues' targets (met / not met, with the number), each execution-graph engine
+against the issue's goals, and the tables printed at the end of a run (the README's Performance
+section shows the same table): the headline measures with a column per contender, then the goals
+with a column per engine.
 
 Every measure taken over rounds is a spread: {median, min, max, n}; the table prints it as
 `median [min-max]`, and a target is judged on the median.
@@ -7,7 +9,13 @@ Every measure taken over rounds is a spread: {median, min, max, n}; the table pr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+from benchmarks.common import ENGINES, PLAIN, SIDES, live_key
+from benchmarks.measures import one_value, ratio, tasks_over_rounds
+
+HEADINGS = {PLAIN: "plain Spark", "hotswap": "hotswap (stateful)", "hotswap_closing": "hotswap (closing)"}
 
 
 def _get(data: Any, *path: str) -> Any:
@@ -28,7 +36,7 @@ def _median(spread: Any) -> Any:
 
 def targets(results: dict[str, Any]) -> dict[str, Any]:
     """Issue 21's targets first, then issue 11's; `met` is None when no number was produced."""
-    ratio = _median(_get(results, "throughput", "throughput_ratio"))
+    throughput = _median(_get(results, "throughput", "throughput_ratio"))
     steady = _median(_get(results, "latency", "hotswap", "p99_s"))
     over_floor = _get(results, "live", "swap", "overhead_over_floor_s")
     same_steady = _get(results, "live", "latency", "steady", "p99_s")
@@ -44,8 +52,8 @@ def targets(results: dict[str, Any]) -> dict[str, Any]:
     losses = (audit.get("missing_windows"), audit.get("duplicate_results"), audit.get("overlapping_windows"), lost)
     return {
         "throughput_ratio": _target(
-            ratio,
-            None if ratio is None else ratio >= 0.7,
+            throughput,
+            None if throughput is None else throughput >= 0.7,
             ">= 0.7 (goal 0.8): median of the rounds' hotswap / plain slopes",
             spread=_get(results, "throughput", "throughput_ratio"),
         ),
@@ -95,6 +103,95 @@ def targets(results: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _goal(measured: Any, at_least: bool, limit: float, how: str) -> dict[str, Any]:
+    """A goal judged on the median of a spread (or on a single number); `met` None when unmeasured."""
+    value = _median(measured)
+    met = None if value is None else (value >= limit if at_least else value <= limit)
+    goal = f"{'>=' if at_least else '<='} {limit:g}: {how}"
+    return {"value": value, "goal": goal, "met": met, **({"spread": measured} if isinstance(measured, dict) else {})}
+
+
+def p99_swap_over_steady(results: dict[str, Any], side: str) -> float | None:
+    """p99 of the results emitted during a hotswap side's first swap over its segment's steady p99."""
+    return ratio(
+        _get(results, live_key(side), "latency", "during_swap", "p99_s"),
+        _get(results, live_key(side), "latency", "steady", "p99_s"),
+    )
+
+
+def engine_goals(results: dict[str, Any], side: str) -> dict[str, Any]:
+    """The issue's goals for one hotswap engine (`side`), each {value, goal, met}: throughput, steady
+    p99 against plain Spark's and on its own, p99 during a swap against the steady p99, and the swap
+    over its floor. Measures over rounds are judged on their median."""
+    live = results.get(live_key(side)) or {}
+    # A run from before the engines were told apart has the stateful engine's ratio under its old name.
+    throughput = _get(results, "throughput", "throughput_ratios", side)
+    if throughput is None and side == "hotswap":
+        throughput = _get(results, "throughput", "throughput_ratio")
+    return {
+        "throughput_ratio": _goal(throughput, True, 0.8, "median of the rounds' slope over plain Spark's"),
+        "steady_p99_over_plain": _goal(
+            _get(results, "latency", "p99_over_plain", side), False, 1.5, "median of the rounds' p99 over plain Spark's"
+        ),
+        "steady_p99_s": _goal(_get(results, "latency", side, "p99_s"), False, 2.0, "median of the rounds' p99 (s)"),
+        "p99_swap_over_steady": _goal(
+            p99_swap_over_steady(results, side), False, 1.25, "p99 during the swap over the same segment's steady p99"
+        ),
+        "swap_over_floor_s": _goal(
+            _get(live, "swap", "overhead_over_floor_s"), False, 2.0, "submitted to completed, minus W + lateness (s)"
+        ),
+    }
+
+
+def engine_summary(results: dict[str, Any], side: str) -> dict[str, Any]:
+    """One engine at a glance (`engines.<side>` in the JSON): its engine and graph topic partitions as
+    each graph recorded and Kafka reported them, the Spark tasks each execution-graph batch ran in the
+    steady periods and in the drains (`measures.tasks_over_rounds`), and the issue's goals."""
+    periods: dict[str, list[dict[str, Any]]] = {
+        "steady": [_get(entry, side, "profile", "graphs") or {} for entry in _get(results, "latency", "rounds") or []],
+        "drain": [
+            run.get("graphs") or {} for run in _get(results, "throughput", "runs") or [] if run.get("side") == side
+        ],
+    }
+    graphs = [graph for measured in periods.values() for by_role in measured for graph in by_role.values()]
+    return {
+        "graph_engine": one_value(graph.get("engine") for graph in graphs),
+        "graph_topic_partitions": one_value(graph.get("topic_partitions") for graph in graphs),
+        "graph_tasks_per_batch": {
+            period: tasks_over_rounds(graph.get("tasks") or {} for by_role in measured for graph in by_role.values())
+            for period, measured in periods.items()
+        },
+        "p99_swap_over_steady": p99_swap_over_steady(results, side),
+        "goals": engine_goals(results, side),
+    }
+
+
+GOAL_ROWS = (
+    ("throughput_ratio", "throughput / plain Spark's, per round (goal >= 0.8)"),
+    ("steady_p99_over_plain", "steady p99 / plain Spark's p99, per round (goal <= 1.5)"),
+    ("steady_p99_s", "steady p99 result latency, s (goal <= 2.0)"),
+    ("p99_swap_over_steady", "p99 during a swap / steady p99 (goal <= 1.25)"),
+    ("swap_over_floor_s", "swap over its floor, s (goal <= 2)"),
+)
+
+
+def goals_table(results: dict[str, Any]) -> str:
+    """A Markdown table of the issue's goals, a column per engine: the number, and met or not."""
+    goals = {side: _get(results, "engines", side, "goals") or engine_goals(results, side) for side in ENGINES}
+    lines = [
+        "| goal | " + " | ".join(HEADINGS.get(side, side) for side in ENGINES) + " |",
+        "|---|" + "---|" * len(ENGINES),
+    ]
+    for key, name in GOAL_ROWS:
+        cells = []
+        for side in ENGINES:
+            got = goals[side].get(key) or {}
+            verdict = {True: "met", False: "not met", None: "not measured"}[got.get("met")]
+            cells.append(f"{fmt(got.get('spread', got.get('value')))} ({verdict})")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def fmt(spread: Any, digits: int = 3) -> str:
     """A spread as `median [min-max]`; a plain number as itself; nothing as n/a."""
     if spread is None:
@@ -124,67 +221,111 @@ def _trigger(results: dict[str, Any], side: str) -> str:
 
 
 def table(results: dict[str, Any]) -> str:
-    """A Markdown table of the headline numbers (pasted into the README)."""
+    """A Markdown table of the headline numbers, a column per contender (pasted into the README).
+    What belongs to the run as a whole (control state, memory, other work over the run) sits in the
+    stateful engine's column, as it did before there were two engines."""
     tp, lat = results.get("throughput") or {}, results.get("latency") or {}
-    plain_lat, hot_lat = lat.get("plain_spark") or {}, lat.get("hotswap") or {}
-    swap = _get(results, "live", "swap") or {}
-    swap2 = _get(results, "live", "swap_at_2x_rate") or {}
-    promotion = _get(results, "live", "promotion") or {}
     restart = results.get("restart") or {}
-    rows: list[tuple[str, str, str]] = [
-        (
-            "throughput, slope (ev/s)",
-            fmt(tp.get("plain_spark_events_per_s"), 0),
-            fmt(tp.get("hotswap_events_per_s"), 0),
-        ),
-        ("throughput ratio hotswap / plain (per round)", "", fmt(tp.get("throughput_ratio"))),
-        ("steady p50 result latency (s)", fmt(plain_lat.get("p50_s")), fmt(hot_lat.get("p50_s"))),
-        ("steady p99 result latency (s)", fmt(plain_lat.get("p99_s")), fmt(hot_lat.get("p99_s"))),
+
+    def each(cell: Callable[[str], str], plain: str = "") -> list[str]:
+        """A row's cells: plain Spark's (given, or blank), then `cell(side)` for each engine."""
+        return [plain, *(cell(side) for side in ENGINES)]
+
+    def live(side: str, *path: str) -> Any:
+        return _get(results, live_key(side), *path)
+
+    def ratio_of(side: str) -> Any:
+        got = _get(tp, "throughput_ratios", side)
+        return tp.get("throughput_ratio") if got is None and side == "hotswap" else got
+
+    def promoted(side: str) -> str:
+        promotion = live(side, "promotion") or {}
+        return f"{fmt(promotion.get('promote_to_completed_s'))} / {fmt(live(side, 'swap', 'total_s'))}"
+
+    def whole_run(value: str) -> list[str]:
+        return ["", value, *([""] * (len(ENGINES) - 1))]
+
+    rows: list[tuple[str, list[str]]] = [
+        ("throughput, slope (ev/s)", [fmt(tp.get(f"{side}_events_per_s"), 0) for side in SIDES]),
+        ("throughput ratio / plain Spark (per round)", each(lambda side: fmt(ratio_of(side)))),
+        ("steady p50 result latency (s)", [fmt(_get(lat, side, "p50_s")) for side in SIDES]),
+        ("steady p99 result latency (s)", [fmt(_get(lat, side, "p99_s")) for side in SIDES]),
+        ("steady p99 / plain Spark's p99 (per round)", each(lambda side: fmt(_get(lat, "p99_over_plain", side)))),
         (
             "CPU s per 1,000 events (Spark JVM + driver), by rate",
-            _costs(results, "plain_spark", "cpu_s_per_1000_events"),
-            _costs(results, "hotswap", "cpu_s_per_1000_events"),
+            [_costs(results, side, "cpu_s_per_1000_events") for side in SIDES],
         ),
         (
             "Kafka broker CPU s per 1,000 events, by rate",
-            _costs(results, "plain_spark", "kafka_cpu_s_per_1000_events"),
-            _costs(results, "hotswap", "kafka_cpu_s_per_1000_events"),
+            [_costs(results, side, "kafka_cpu_s_per_1000_events") for side in SIDES],
         ),
         (
             "Redis CPU s per 1,000 events, by rate",
-            _costs(results, "plain_spark", "redis_cpu_s_per_1000_events"),
-            _costs(results, "hotswap", "redis_cpu_s_per_1000_events"),
+            [_costs(results, side, "redis_cpu_s_per_1000_events") for side in SIDES],
         ),
-        ("swap total / floor / overhead (s)", "", _swap(swap)),
-        ("swap phases: s in phase (s after the floor when entered)", "", _phases(swap)),
-        ("swap drain: old graph's batch in flight at the marker, batches after it, seen (s)", "", _drain(swap)),
-        ("swap at 2x rate total / floor / overhead (s)", "", _swap(swap2)),
+        (
+            "execution graph topic partitions",
+            each(lambda side: fmt(_get(results, "engines", side, "graph_topic_partitions"))),
+        ),
+        (
+            "Spark tasks per execution-graph batch, steady and drain: median batch (largest batch), over rounds",
+            each(lambda side: _tasks(results, side)),
+        ),
+        ("swap total / floor / overhead (s)", each(lambda side: _swap(live(side, "swap") or {}))),
+        (
+            "swap phases: s in phase (s after the floor when entered)",
+            each(lambda side: _phases(live(side, "swap") or {})),
+        ),
+        (
+            "swap drain: old graph's batch in flight at the marker, batches after it, seen (s)",
+            each(lambda side: _drain(live(side, "swap") or {})),
+        ),
+        ("swap at 2x rate total / floor / overhead (s)", each(lambda side: _swap(live(side, "swap_at_2x_rate") or {}))),
         (
             "same change as a promoted shadow: promote to completed / ordinary swap submit to completed (s)",
-            "",
-            f"{fmt(promotion.get('promote_to_completed_s'))} / {fmt(swap.get('total_s'))}",
+            each(promoted),
         ),
-        ("control state per batch, 1 / 200 swaps of history (ms; service + writer)", "", _control(results)),
-        ("during-swap p50 / p99 latency (s)", "", _pair(_get(results, "live", "latency", "during_swap"))),
-        ("p99 during swap / same segment's steady p99", "", fmt(results.get("p99_swap_over_steady"))),
+        ("control state per batch, 1 / 200 swaps of history (ms; service + writer)", whole_run(_control(results))),
+        ("during-swap p50 / p99 latency (s)", each(lambda side: _pair(live(side, "latency", "during_swap")))),
+        (
+            "p99 during swap / same segment's steady p99",
+            each(lambda side: fmt(p99_swap_over_steady(results, side))),
+        ),
         (
             "max output gap: steady / around the change (s)",
-            _gaps(restart, "steady_max", "around_restart_max"),
-            _gaps(results.get("live"), "steady_max", "around_swap_max"),
+            each(
+                lambda side: _gaps(results.get(live_key(side)), "steady_max", "around_swap_max"),
+                _gaps(restart, "steady_max", "around_restart_max"),
+            ),
         ),
-        ("missing / duplicate or incomplete / events lost", _restart_losses(restart), _losses(results.get("live"))),
-        ("memory: peak under load / warmed-up peak", "", str(_get(results, "memory", "peak_over_baseline") or "n/a")),
         (
-            "other work on the machine in steady periods (cores)",
-            _elsewhere(lat, "plain_spark"),
-            _elsewhere(lat, "hotswap"),
+            "missing / duplicate or incomplete / events lost",
+            each(lambda side: _losses(results.get(live_key(side))), _restart_losses(restart)),
         ),
-        ("other work on the machine over the run (cores) / steal", "", _run_elsewhere(results)),
-        ("trigger", _trigger(results, "plain_spark"), _trigger(results, "hotswap")),
+        (
+            "memory: peak under load / warmed-up peak",
+            whole_run(str(_get(results, "memory", "peak_over_baseline") or "n/a")),
+        ),
+        ("other work on the machine in steady periods (cores)", [_elsewhere(lat, side) for side in SIDES]),
+        ("other work on the machine over the run (cores) / steal", whole_run(_run_elsewhere(results))),
+        ("trigger", [_trigger(results, side) for side in SIDES]),
     ]
-    lines = ["| measure | plain Spark | hotswap |", "|---|---|---|"]
-    lines += [f"| {name} | {plain or ''} | {hot or ''} |" for name, plain, hot in rows]
+    lines = ["| measure | " + " | ".join(HEADINGS.get(side, side) for side in SIDES) + " |"]
+    lines.append("|---|" + "---|" * len(SIDES))
+    lines += [f"| {name} | " + " | ".join(cells) + " |" for name, cells in rows]
     return "\n".join(lines)
+
+
+def _tasks(results: dict[str, Any], side: str) -> str:
+    """Spark tasks per execution-graph batch, steady and drain: the rounds' medians, then (in
+    parentheses) the rounds' largest batches, each as `median [min-max]` over the rounds."""
+    per_period = _get(results, "engines", side, "graph_tasks_per_batch") or {}
+    parts = []
+    for period in ("steady", "drain"):
+        got = per_period.get(period) or {}
+        shown = "n/a" if got.get("median") is None else f"{fmt(got['median'], 1)} ({fmt(got.get('max'), 0)})"
+        parts.append(f"{period} {shown}")
+    return "; ".join(parts)
 
 
 def _control(results: dict[str, Any]) -> str:
@@ -198,15 +339,17 @@ def _control(results: dict[str, Any]) -> str:
 SPARK_PARTS = ("addBatch", "queryPlanning", "latestOffset", "walCommit", "commitOffsets")  # triggerExecution's parts
 
 
-def largest_stages(results: dict[str, Any], limit: int = 10) -> str:
+def largest_stages(results: dict[str, Any], limit: int = 12) -> str:
     """Per period (steady at 500 ev/s, drain of the backlog), the largest medians in ms: the product's
-    stage timings, the parts of Spark's batch time per query, and code generation per batch."""
+    stage timings per hotswap side, the parts of Spark's batch time per query, and code generation
+    per batch."""
     lines: list[str] = []
     for period in ("steady", "drain"):
         found: list[tuple[float, str]] = []
-        for query, by_stage in (_get(results, "profile", "stages", period) or {}).items():
-            for stage, value in by_stage.items():
-                found.append((value["median_ms"], f"hotswap {query}: {stage} (stages.timed)"))
+        for side, by_query in (_get(results, "profile", "stages", period) or {}).items():
+            for query, by_stage in by_query.items():
+                for stage, value in by_stage.items():
+                    found.append((value["median_ms"], f"{side} {query}: {stage} (stages.timed)"))
         for side, by_query in (_get(results, "profile", "spark_durations_ms", period) or {}).items():
             for query, durations in by_query.items():
                 for key in SPARK_PARTS:

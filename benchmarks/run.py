@@ -1,20 +1,27 @@
 """`make bench` / `python -m benchmarks.run [--quick]`: the cost of the hot-swap layer and of a swap,
-beside plain Spark and stop-and-restart. Run it under the machine-wide lock on a shared machine
-(`/work/itest .venv/bin/python -m benchmarks.run --quick`).
+on each execution-graph engine (stateful and closing), beside plain Spark and stop-and-restart, in
+one run, so the engines are compared on the same machine state. Run it under the machine-wide lock
+on a shared machine (`/work/itest .venv/bin/python -m benchmarks.run --quick`).
+
+The contenders (common.SIDES): plain Spark; `hotswap`, today's stateful execution graph; and
+`hotswap_closing`, the closing engine (each window computed once, as a batch, when it closes).
 
 Runs its own embedded stack (ports 29092/29093/26379, under .hotswap/bench), then, after a short
-unmeasured drain on each side to warm the JVM:
-1. live rounds, plain Spark and hotswap alternating, each on a fresh namespace under the same paced
-   load: steady-state result latency in every round; in round 2 the cost steps (CPU per 1,000
-   events as the rate rises); in the last round the change itself (two live swaps, and the same
-   change by stop-and-restart of the plain query);
-2. throughput rounds, alternating too: the slope of rows processed while each side drains the same
-   pre-loaded backlog;
+unmeasured drain by each contender to warm the JVM:
+1. live rounds, plain Spark and hotswap on each engine alternating, each on a fresh namespace under
+   the same paced load: steady-state result latency in every round, with the Spark tasks each
+   execution-graph batch ran; in round 2 the cost steps (CPU per 1,000 events as the rate rises);
+   in the last round the change itself (two live swaps on each engine, and the same change by
+   stop-and-restart of the plain query);
+2. throughput rounds, alternating too: the slope of rows processed while each contender drains the
+   same pre-loaded backlog;
 3. the control state's cost per batch with 200 swaps of history against one (benchmarks.control_state);
 4. memory and CPU of each process, sampled all along by a process of its own.
 The generator, the results watcher and the sampler run in child processes (benchmarks.probe), so
 none of them shares the GIL with the executor's foreachBatch. Writes bench/results/<timestamp>.json
 and a PNG beside it. A section that fails is recorded with its error and the rest still runs.
+At the end it prints the headline table (a column per contender), each engine against the issue's
+goals, and the largest stage medians.
 """
 
 from __future__ import annotations
@@ -31,13 +38,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import REPO, RESULTS_DIR, Bench, Clock, settings_for
+from benchmarks.common import ENGINES, PLAIN, REPO, RESULTS_DIR, SIDES, Bench, Clock, live_key, settings_for
 from benchmarks.control_state import run_control_state
 from benchmarks.latency import LiveReport, LiveShape, run_rounds
-from benchmarks.measures import spread
+from benchmarks.measures import paired_ratios, spread
 from benchmarks.plot import draw
 from benchmarks.profile import medians_ms
-from benchmarks.report import largest_stages, table, targets
+from benchmarks.report import engine_summary, goals_table, largest_stages, p99_swap_over_steady, table, targets
 from benchmarks.resources import Resources, spark_jvm_pid
 from benchmarks.throughput import run_throughput, warm_up
 from hotswap.contract.models import now_ms
@@ -56,6 +63,10 @@ QUICK = LiveShape(
     measure_s=20,
     after_swap_s=5,
     restart_after_s=20,
+    # The closing engine's cost steps (about a minute) and promotion (about 45 s) left out: a third
+    # contender takes QUICK from about 10 minutes to about 15 without them (an estimate from the
+    # sections' times in earlier runs), to 16 or 17 with them.
+    closing_extras=False,
 )
 FULL = LiveShape(
     rate=500,
@@ -67,7 +78,15 @@ FULL = LiveShape(
     measure_s=40,
     after_swap_s=30,
     restart_after_s=40,
+    closing_extras=True,
 )
+
+# The driver's status store keeps Spark's last 50 jobs and stages (executor/control/spark_session.py),
+# a few seconds of a busy driver. The tasks each execution-graph batch ran are read from it after a
+# measured period (a drain, a steady period of up to 60 s, at some 10-20 stages a second over every
+# query), so the bench's driver keeps more. It costs the driver's heap some megabytes, the same for
+# every contender; a `spark_conf` from the environment still wins.
+STATUS_RETENTION = {"spark.ui.retainedJobs": "2000", "spark.ui.retainedStages": "3000"}
 
 
 def _out(*cmd: str) -> str:
@@ -89,7 +108,7 @@ def machine() -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="shorter runs (about 10 minutes on 2 cores)")
+    parser.add_argument("--quick", action="store_true", help="shorter runs (about 15 minutes on 2 cores)")
     args = parser.parse_args()
     quick: bool = args.quick
     run_bench(quick, QUICK if quick else FULL, 200_000 if quick else 1_000_000)
@@ -113,9 +132,10 @@ def run_bench(quick: bool, shape: LiveShape, backlog: int, throughput_rounds: in
         "shape": {**vars(shape), "backlog_events": backlog, "throughput_rounds": throughput_rounds},
     }
 
-    base = settings_for("stack")
+    stack_settings = settings_for("stack")
+    base = stack_settings.model_copy(update={"spark_conf": {**STATUS_RETENTION, **stack_settings.spark_conf}})
     # hotswap's queries run with trigger_interval (HOTSWAP_TRIGGER_INTERVAL); plain Spark with Spark's default.
-    results["trigger"] = {"plain_spark": "default", "hotswap": base.processing_time or "default"}
+    results["trigger"] = {PLAIN: "default", **{side: base.processing_time or "default" for side in ENGINES}}
     stack = EmbeddedStack(base)
     clock.step("stack: starting Kafka and Redis on 29092/26379")
     stack.up()
@@ -149,7 +169,9 @@ def run_bench(quick: bool, shape: LiveShape, backlog: int, throughput_rounds: in
     def throughput() -> None:
         tp = run_throughput(bench, backlog, throughput_rounds, 300 if backlog <= 200_000 else 900)
         profile = results.setdefault("profile", {})
-        profile.setdefault("stages", {})["drain"] = medians_ms(tp.pop("stage_samples"))
+        profile.setdefault("stages", {})["drain"] = {
+            side: medians_ms(samples) for side, samples in tp.pop("stage_samples").items() if samples
+        }
         profile.setdefault("spark_durations_ms", {})["drain"] = _drain_durations(tp["runs"])
         profile.setdefault("codegen", {})["drain"] = _drain_codegen(tp["runs"])
         results["throughput"] = tp
@@ -178,10 +200,8 @@ def run_bench(quick: bool, shape: LiveShape, backlog: int, throughput_rounds: in
     if quick:
         results["memory"]["backlog_1m_catch_up"] = "skipped in QUICK mode"
     results["throughput_ratio"] = _median((results.get("throughput") or {}).get("throughput_ratio"))
-    live_latency = (results.get("live") or {}).get("latency") or {}
-    steady = (live_latency.get("steady") or {}).get("p99_s")
-    during = (live_latency.get("during_swap") or {}).get("p99_s")
-    results["p99_swap_over_steady"] = round(during / steady, 3) if during is not None and steady else None
+    results["p99_swap_over_steady"] = p99_swap_over_steady(results, "hotswap")
+    results["engines"] = {side: engine_summary(results, side) for side in ENGINES}
     results["targets"] = targets(results)
     results["machine"]["loadavg_after"] = list(os.getloadavg())
     results["elapsed_s"] = round(clock.elapsed(), 1)
@@ -192,6 +212,8 @@ def run_bench(quick: bool, shape: LiveShape, backlog: int, throughput_rounds: in
         traceback.print_exc()
     clock.step(f"wrote {json_path} and {png_path.name}")
     print(table(results))
+    print()
+    print(goals_table(results))
     print("largest stage medians:")
     print(largest_stages(results))
     print(json.dumps(results["targets"], indent=2))
@@ -202,17 +224,28 @@ def _median(value: Any) -> Any:
     return value.get("median") if isinstance(value, dict) else value
 
 
+def _steady_p99(entry: dict[str, Any], side: str) -> float | None:
+    value = (((entry.get(side) or {}).get("steady")) or {}).get("p99_s")
+    return None if value is None else float(value)
+
+
 def file_live(results: dict[str, Any], report: LiveReport) -> None:
-    """The live rounds' report, filed under `latency`, `cost`, `live`, `restart` and `profile`."""
+    """The live rounds' report, filed under `latency`, `cost`, `live` (the stateful engine's swaps),
+    `live_closing` (the closing engine's), `restart` and `profile`."""
     by_side: dict[str, dict[str, list[float | None]]] = {}
     for entry in report.rounds:
-        for side in ("plain_spark", "hotswap"):
+        for side in SIDES:
             steady = (entry.get(side) or {}).get("steady") or {}
             for key in ("p50_s", "p99_s"):
                 by_side.setdefault(side, {}).setdefault(key, []).append(steady.get(key))
     results["latency"] = {
         "method": "per round, the result latency of the first windows that start after the first result's window",
         **{side: {key: spread(values) for key, values in measures.items()} for side, measures in by_side.items()},
+        # Each engine's steady p99 over plain Spark's in the same round, then the spread over rounds.
+        "p99_over_plain": {
+            side: paired_ratios((_steady_p99(entry, side), _steady_p99(entry, PLAIN)) for entry in report.rounds)
+            for side in ENGINES
+        },
         "rounds": report.rounds,
     }
     if report.cost:
@@ -223,15 +256,16 @@ def file_live(results: dict[str, Any], report: LiveReport) -> None:
             ),
             **report.cost,
         }
-    if report.live is not None:
-        results["live"] = report.live
+    for side, live in report.live.items():
+        results[live_key(side)] = live
     if report.restart is not None:
         results["restart"] = report.restart
     if report.errors:
         results["live_errors"] = report.errors
     profile = results.setdefault("profile", {})
-    steady_stages = medians_ms(report.stage_samples)
-    profile.setdefault("stages", {})["steady"] = steady_stages
+    profile.setdefault("stages", {})["steady"] = {
+        side: medians_ms(samples) for side, samples in report.stage_samples.items() if samples
+    }
     profile.setdefault("spark_durations_ms", {})["steady"] = _round_durations(report.rounds)
     profile.setdefault("codegen", {})["steady"] = _round_codegen(report.rounds)
 
@@ -252,7 +286,7 @@ def _combine_durations(entries: list[tuple[str, dict[str, Any]]]) -> dict[str, d
 def _round_durations(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     entries = []
     for entry in rounds:
-        for side in ("plain_spark", "hotswap"):
+        for side in SIDES:
             durations = ((entry.get(side) or {}).get("profile") or {}).get("spark_durations_ms")
             if durations:
                 entries.append((side, durations))
@@ -261,7 +295,9 @@ def _round_durations(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _drain_durations(runs: list[dict[str, Any]]) -> dict[str, Any]:
     entries = [
-        (run["side"], {q: info["batch_durations_ms"] for q, info in (run.get("queries") or {}).items()}) for run in runs
+        (run["side"], {q: info["batch_durations_ms"] for q, info in (run.get("queries") or {}).items()})
+        for run in runs
+        if "error" not in run
     ]
     return _combine_durations(entries)
 
@@ -288,7 +324,7 @@ def _sum_codegen(entries: list[tuple[str, dict[str, Any] | None]]) -> dict[str, 
 def _round_codegen(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     entries = []
     for entry in rounds:
-        for side in ("plain_spark", "hotswap"):
+        for side in SIDES:
             entries.append((side, ((entry.get(side) or {}).get("profile") or {}).get("codegen")))
     return _sum_codegen(entries)
 

@@ -3,7 +3,9 @@ against time over the steady part of the drain.
 
 One backlog serves every run: `events` seeded events written once, in event-time order, by a Spark
 batch job (fast, and no Python generator to measure by mistake), to one topic that each run reads
-from its start under its own namespace. Runs alternate: plain Spark, hotswap, plain Spark, ...
+from its start under its own namespace. Runs alternate: plain Spark, hotswap on each execution-graph
+engine, plain Spark, ... (common.SIDES); each engine's ratio is against plain Spark's run of the
+same round.
 
 Rows processed over time are read from the results topic, the same way for both sides: each
 result's Kafka timestamp and the events it counts (`n`), one point per burst of results (a batch's
@@ -13,7 +15,8 @@ when the results of the last window the backlog can close are in the topic.
 
 Beside it, from Spark's progress reports read once the drain is over: the same slope per query
 (rows in against batch end; for hotswap the service graph and the execution graph apart), each
-query's median batch durations, and CPU per 1,000 events at saturation.
+query's median batch durations, and CPU per 1,000 events at saturation; for hotswap, the Spark
+tasks each execution-graph batch ran and the graph topic's partitions.
 """
 
 from __future__ import annotations
@@ -21,8 +24,21 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from benchmarks.common import KEYS, LATENESS_MS, QUERY, WINDOW_MS, Bench, emitted_from, settings_for, wait_for
-from benchmarks.measures import batch_points, emission_points, per_thousand, spread, steady_slope
+from benchmarks.common import (
+    ENGINES,
+    KEYS,
+    LATENESS_MS,
+    PLAIN,
+    QUERY,
+    SIDES,
+    WINDOW_MS,
+    Bench,
+    emitted_from,
+    settings_for,
+    suffix,
+    wait_for,
+)
+from benchmarks.measures import batch_points, emission_points, paired_ratios, per_thousand, ratio, spread, steady_slope
 from benchmarks.pipelines import HotswapPipeline, Pipeline, PlainPipeline
 from benchmarks.profile import (
     codegen,
@@ -33,7 +49,7 @@ from benchmarks.profile import (
     stage_samples,
 )
 from hotswap.contract import stages
-from hotswap.contract.models import now_ms
+from hotswap.contract.models import GraphEngine, now_ms
 from hotswap.contract.settings import Settings
 
 T0 = 1_700_000_000_000  # a fixed past event time: the backlog is replayed, not live
@@ -83,16 +99,16 @@ def _stage_slopes(progress: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 def drain(
     bench: Bench, side: str, source_topic: str, events: int, target_end: int, timeout_s: float, phase: str | None = None
 ) -> dict[str, Any]:
-    settings = settings_for(f"tp-{side}", source_topic=source_topic)
+    settings = settings_for(f"tp-{side}", source_topic=source_topic, engine=ENGINES.get(side, GraphEngine.STATEFUL))
     bench.topics(settings)
     watcher = bench.watcher(settings)
     pipeline: Pipeline = (
         PlainPipeline(bench.spark, settings, QUERY)
-        if side == "plain_spark"
-        else HotswapPipeline(bench.spark, settings, QUERY)
+        if side == PLAIN
+        else HotswapPipeline(bench.spark, settings, QUERY, side)
     )
-    loaded = "backlog_1m_catch_up" if events >= 1_000_000 else "throughput_hotswap"
-    bench.resources.phase(phase or ("throughput_plain" if side == "plain_spark" else loaded))
+    loaded = f"backlog_1m_catch_up{suffix(side)}" if events >= 1_000_000 else f"throughput_{side}"
+    bench.resources.phase(phase or ("throughput_plain" if side == PLAIN else loaded))
     stages.reset()
     before = codegen(bench.spark)
     began = now_ms()
@@ -104,9 +120,11 @@ def drain(
             f"{side} results through the backlog's last window",
         )
         ended = now_ms()
-        progress = {name: progress_between(q, began, ended) for name, q in pipeline.queries().items()}
-        samples = stage_samples(settings) if side == "hotswap" else {}
+        queries = pipeline.queries()
+        progress = {name: progress_between(q, began, ended) for name, q in queries.items()}
+        samples = stage_samples(settings) if side != PLAIN else {}
         after = codegen(bench.spark)
+        graphs = pipeline.graph_report(queries, began, ended) if isinstance(pipeline, HotswapPipeline) else None
     finally:
         bench.resources.phase("idle")
         pipeline.stop()
@@ -144,6 +162,7 @@ def drain(
         "elsewhere": elsewhere,
         "queries": _stage_slopes(progress),
         "codegen": codegen_per_batch(before, after, sum(len(b) for b in progress.values())),
+        "graphs": graphs,
         "stage_samples": samples,
         "series": points,
     }
@@ -154,25 +173,31 @@ def run_throughput(bench: Bench, events: int, rounds: int, timeout_s: float) -> 
     target_end, write_rate = preload(bench, source, events)
     bench.clock.step(f"throughput: {events:,} events pre-loaded at {write_rate:,.0f} ev/s (Spark batch write)")
     runs: list[dict[str, Any]] = []
-    per_round: list[tuple[float | None, float | None]] = []
-    samples: dict[str, dict[str, list[float]]] = {}
+    per_round: list[dict[str, float | None]] = []
+    samples: dict[str, dict[str, dict[str, list[float]]]] = {}  # side -> role -> stage -> seconds
     for round_no in range(1, rounds + 1):
         rates: dict[str, float | None] = {}
-        for side in ("plain_spark", "hotswap"):
+        for side in SIDES:
             bench.clock.step(f"throughput round {round_no}: {side} draining")
-            run = drain(bench, side, source.source_topic, events, target_end, timeout_s)
+            try:
+                run = drain(bench, side, source.source_topic, events, target_end, timeout_s)
+            except Exception as exc:  # noqa: BLE001 - one failed drain is recorded; the other contenders go on
+                run = {"side": side, "error": f"{type(exc).__name__}: {exc}", "events_per_s": None, "stage_samples": {}}
+                bench.clock.step(f"throughput round {round_no}: {side} failed: {run['error']}")
             run["round"] = round_no
-            merge(samples, run.pop("stage_samples"))
+            merge(samples.setdefault(side, {}), run.pop("stage_samples"))
             runs.append(run)
             rates[side] = run["events_per_s"]
-            bench.clock.step(
-                f"throughput round {round_no}: {side} {run['events_per_s']} ev/s (slope), "
-                f"{run['end_to_end_s']}s end to end"
-            )
-        per_round.append((rates["plain_spark"], rates["hotswap"]))
-    ratios = [h / p for p, h in per_round if p and h]
-    plain = spread((p for p, _ in per_round), 0)
-    hot = spread((h for _, h in per_round), 0)
+            if "error" not in run:
+                bench.clock.step(
+                    f"throughput round {round_no}: {side} {run['events_per_s']} ev/s (slope), "
+                    f"{run['end_to_end_s']}s end to end"
+                )
+        per_round.append(rates)
+    rates_by_side = {side: spread((r.get(side) for r in per_round), 0) for side in SIDES}
+    # Each engine against plain Spark's drain of the same round, then the spread over rounds.
+    ratios = {side: paired_ratios((r.get(side), r.get(PLAIN)) for r in per_round) for side in ENGINES}
+    plain = rates_by_side[PLAIN]
     return {
         "method": (
             "slope of events counted by the results against their Kafka timestamps, rows 10-90 % of a "
@@ -180,13 +205,19 @@ def run_throughput(bench: Bench, events: int, rounds: int, timeout_s: float) -> 
         ),
         "events": events,
         "preload_events_per_s": round(write_rate),
-        "plain_spark_events_per_s": plain,
-        "hotswap_events_per_s": hot,
-        "throughput_ratio": spread(ratios),
-        "ratio_of_medians": round(hot["median"] / plain["median"], 3) if plain and hot and plain["median"] else None,
+        **{f"{side}_events_per_s": rates_by_side[side] for side in SIDES},
+        # The stateful engine's under the names every earlier run used; every engine's by side.
+        "throughput_ratio": ratios["hotswap"],
+        "ratio_of_medians": _ratio_of_medians(rates_by_side["hotswap"], plain),
+        "throughput_ratios": ratios,
+        "ratios_of_medians": {side: _ratio_of_medians(rates_by_side[side], plain) for side in ENGINES},
         "runs": runs,
         "stage_samples": samples,
     }
+
+
+def _ratio_of_medians(side: dict[str, Any] | None, plain: dict[str, Any] | None) -> float | None:
+    return ratio(side["median"] if side else None, plain["median"] if plain else None)
 
 
 def warm_up(bench: Bench, events: int = 40_000) -> dict[str, Any]:
@@ -197,7 +228,8 @@ def warm_up(bench: Bench, events: int = 40_000) -> dict[str, Any]:
     target_end, _ = preload(bench, source, events)
     began = time.monotonic()
     out: dict[str, Any] = {"events": events}
-    for side in ("plain_spark", "hotswap"):
+    # Every contender once: the closing engine's batch reads (Spark's Kafka batch source) warm too.
+    for side in SIDES:
         run = drain(bench, side, source.source_topic, events, target_end, 300, phase="warm_up")
         out[side] = {"events_per_s": run["events_per_s"], "end_to_end_s": run["end_to_end_s"]}
     out["seconds"] = round(time.monotonic() - began, 1)

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hotswap.contract.models import ExecutorPhase, GraphState, QueryKind, ShadowDiff
+from hotswap.contract.models import ExecutorPhase, GraphEngine, GraphState, QueryKind, ShadowDiff
 from hotswap.contract.phases import SwapPhase
 from hotswap.contract.reasons import ReasonCode
 
@@ -183,6 +183,12 @@ class GraphStatus(StatusPart):
         description="The schema this version reads, as Spark DDL (null for a graph recorded before schemas).",
     )
     routed_records: int = Field(default=0, ge=0, description="Source rows the service graph routed to it.")
+    engine: GraphEngine = Field(
+        default=GraphEngine.STATEFUL,
+        description="How it computes its windows: stateful (a Spark streaming aggregation) or closing (each window "
+        "once, as a batch, when every partition's marker has passed it).",
+    )
+    partitions: int = Field(default=1, ge=1, description="Partitions of its input topic, each read by one Spark task.")
 
 
 class Status(StatusPart):

@@ -41,7 +41,7 @@ from hotswap.contract.windows import GRAPH_WATERMARK_DELAY_MS, Windowing
 from hotswap.execution_graph.checkpoint import CheckpointDir
 from hotswap.execution_graph.errors import GraphStateLost
 from hotswap.execution_graph.events import parsed_events, routed_rows, version_reads
-from hotswap.execution_graph.user_query import apply_query
+from hotswap.execution_graph.user_query import QueryFunction
 
 log = structlog.get_logger(__name__)
 
@@ -171,9 +171,17 @@ def bucket_of(event_time_ms: int, windowing: Windowing) -> int:
 class WindowCloser:
     """The foreachBatch function of a closing graph's stream (see the module's docstring)."""
 
-    def __init__(self, settings: Settings, record: GraphRecord, writer: BatchWriter, checkpoint: CheckpointDir) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        record: GraphRecord,
+        query: QueryFunction,
+        writer: BatchWriter,
+        checkpoint: CheckpointDir,
+    ) -> None:
         self._settings = settings
         self._record = record
+        self._query = query
         self._writer = writer
         self._files = checkpoint
         self._windowing = record.windowing
@@ -251,8 +259,9 @@ class WindowCloser:
     def _close(self, spark: SparkSession, closing: Closing, batch_id: int) -> None:
         """Compute the windows ending in (after, through] over their rows, and write the results."""
         record = self._record
-        if not closing.offsets:
-            log.debug("windows closed with no rows", query_id=record.query_id, through=closing.through)
+        if not closing.offsets or (record.start_after is not None and closing.through <= record.start_after):
+            # No rows, or only windows a failed graph emitted before this one took over its topic.
+            log.debug("windows closed with nothing to emit", query_id=record.query_id, through=closing.through)
             return
         topic = record.topic
         partitions = sorted(closing.offsets)
@@ -279,7 +288,7 @@ class WindowCloser:
             .dropDuplicates(["_hotswap_partition", "_hotswap_offset"])
             .drop("_hotswap_partition", "_hotswap_offset")
         )
-        output = apply_query(spark, events, record.source)
+        output = self._query(events)
         after = "" if closing.after is None else f"window_end > timestamp_millis({closing.after}) AND "
         closed = output.where(f"{after}window_end <= timestamp_millis({closing.through})")
         self._writer(closed, batch_id)

@@ -35,8 +35,8 @@ from hotswap.contract.source import SourceSpec
 from hotswap.execution_graph.checkpoint import CheckpointDir
 from hotswap.execution_graph.closing import WindowCloser, closing_state
 from hotswap.execution_graph.errors import GraphStartFailed
-from hotswap.execution_graph.events import events_stream, graph_topic_stream, version_reads
-from hotswap.execution_graph.user_query import apply_query, first_line
+from hotswap.execution_graph.events import batch_events, events_stream, graph_topic_stream, version_reads
+from hotswap.execution_graph.user_query import apply_query, first_line, prepare_query
 
 __all__ = ["GraphRunner", "claim_checkpoint", "events_stream"]
 
@@ -109,7 +109,12 @@ class GraphRunner:
         checkpoint = self._settings.names.graph_checkpoint(record.query_id)
         claim_checkpoint(checkpoint, record)
         if record.engine is GraphEngine.CLOSING:
-            closer = WindowCloser(self._settings, record, writer, CheckpointDir(self._spark, str(checkpoint)))
+            compute = prepare_query(self._spark, record.source)
+            # Applied once now, to an empty batch: a query that no longer analyses fails its start, as a
+            # stateful graph's does; then once for each batch that closes windows.
+            compute(batch_events(self._spark, self.reads(record)))
+            files = CheckpointDir(self._spark, str(checkpoint))
+            closer = WindowCloser(self._settings, record, compute, writer, files)
             with self._lock:
                 self._closers[record.query_id] = closer
             stream = (

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import types
+from collections.abc import Callable
 
 import structlog
 from pyspark.errors import PySparkException
@@ -31,11 +32,23 @@ _view_lock = threading.Lock()
 log = structlog.get_logger(__name__)
 
 
+QueryFunction = Callable[[DataFrame], DataFrame]
+
+
 def apply_query(spark: SparkSession, events: DataFrame, source: QuerySource) -> DataFrame:
     """The user's output DataFrame over `events`; raises QueryRejected with a one-line reason."""
+    return prepare_query(spark, source)(events)
+
+
+def prepare_query(spark: SparkSession, source: QuerySource) -> QueryFunction:
+    """The user's query as a function of `events`, for a graph that applies it again to each batch
+    of rows (a closing graph): a `.py` file's module is loaded once, here; its `query` function,
+    or the SQL text's analysis, runs at each call. Each call raises QueryRejected with a one-line
+    reason."""
     if source.kind is QueryKind.SQL:
-        return _apply_sql(spark, events, source)
-    return _apply_python(events, source)
+        return lambda events: _apply_sql(spark, events, source)
+    function = _load_python(source)
+    return lambda events: _call_python(function, events, source)
 
 
 def _apply_sql(spark: SparkSession, events: DataFrame, source: QuerySource) -> DataFrame:
@@ -48,7 +61,7 @@ def _apply_sql(spark: SparkSession, events: DataFrame, source: QuerySource) -> D
             raise QueryRejected(missing or f"query {source.name!r} does not analyse: {first_line(exc)}") from exc
 
 
-def _apply_python(events: DataFrame, source: QuerySource) -> DataFrame:
+def _load_python(source: QuerySource) -> Callable[[DataFrame], object]:
     module = types.ModuleType(f"hotswap_user_query_{source.name}")
     try:
         code = compile(source.text, source.path or f"<{source.name}>", "exec")
@@ -62,6 +75,10 @@ def _apply_python(events: DataFrame, source: QuerySource) -> DataFrame:
     function = module.__dict__.get("query")
     if not callable(function):
         raise QueryRejected(f"query {source.name!r} defines no function query(events) -> DataFrame")
+    return function  # type: ignore[no-any-return]  # the user's function: its result is checked at each call
+
+
+def _call_python(function: Callable[[DataFrame], object], events: DataFrame, source: QuerySource) -> DataFrame:
     try:
         result = function(events)
     except PySparkException as exc:

@@ -114,6 +114,11 @@ def _check_streaming(spark: SparkSession, source: QuerySource, output: DataFrame
     except (Py4JJavaError, PySparkException) as exc:
         message = first_line(exc)
         message = message.removeprefix("org.apache.spark.sql.AnalysisException: ")
+        if "distinct aggregation" in message.lower() or "window function" in message.lower():
+            raise QueryRejected(
+                f"query {source.name!r} cannot run as a stream: {message} It can on the closing engine, which "
+                "computes each window once as a batch (graph_engine = closing)"
+            ) from exc
         if "without watermark" in message or "aggregat" in message.lower():
             raise QueryRejected(
                 f"query {source.name!r} aggregates without an event-time window "

@@ -13,6 +13,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from hotswap.contract.errors import ConfigError
+from hotswap.contract.models import GraphEngine
 from hotswap.contract.settings import Settings, load_settings
 from hotswap.contract.source import AvroWire, EpochUnit, SourceFormat
 from hotswap.executor.logs import configure_logging
@@ -134,6 +135,17 @@ def run(
     metrics_host: Annotated[
         str | None, typer.Option(help="Address the metrics and dashboard listen on (default 127.0.0.1).")
     ] = None,
+    graph_engine: Annotated[
+        GraphEngine | None,
+        typer.Option(
+            help="How execution graphs deployed from now on compute their windows: stateful (a Spark streaming "
+            "aggregation; default) or closing (each window once, as a batch, when it closes)."
+        ),
+    ] = None,
+    graph_partitions: Annotated[
+        int | None,
+        typer.Option(help="Partitions of a closing graph's topic (default: as many as the source topic has)."),
+    ] = None,
 ) -> None:
     """Run the executor in the foreground (Ctrl-C stops it; a restart resumes).
 
@@ -169,6 +181,8 @@ def run(
         timestamp_format=timestamp_format,
         metrics_port=metrics_port,
         metrics_host=metrics_host,
+        graph_engine=graph_engine,
+        graph_partitions=graph_partitions,
     )
     settings.source_spec()  # a bad source declaration fails here, in one line, before anything starts
     check_spark_target(settings)  # before the lease or Redis: a target that cannot work changes nothing

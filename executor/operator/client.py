@@ -291,6 +291,8 @@ class Client:
                     progress=_progress_status(progress[query_id]),
                     source_schema=g.reads.schema_ddl if g.reads else None,
                     routed_records=counters.get(f"routed:{query_id}", 0),
+                    engine=g.engine,
+                    partitions=g.partitions,
                 )
                 for query_id, g in graphs.items()
             },

@@ -19,11 +19,17 @@ the service graph and the documented rules alone, never from what hotswap report
   partition's largest event time minus the lateness (less 1 ms for the serving graph). Every window
   ending at or before it must have its result; the test waits for the product to get there, it
   does not ask it where it is.
+- **Values** are worked out per (window, group) from every on-time event in the window, by the
+  oracle's own arithmetic: counts, sums, extremes, means, distinct counts and exact percentiles
+  (Spark's definition: interpolated at fraction * (n - 1) of the sorted values). A top-N query
+  answers only the first groups of each window; its ranking is checked window by window on the
+  values it emitted (see `assert_ranking`).
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import math
 from collections import defaultdict
@@ -302,8 +308,49 @@ def mean_and_n(events: list[SourceEvent]) -> dict[str, float]:
     return {"mean": sum(e.value for e in events) / len(events), "n": len(events)}
 
 
+def distinct_keys_and_n(events: list[SourceEvent]) -> dict[str, float]:
+    """examples/distinct_keys_per_window.sql: how many different keys sent events, and how many events."""
+    return {"distinct_keys": len({e.key for e in events}), "n": len(events)}
+
+
+def exact_percentile(values: list[float], fraction: float) -> float:
+    """The exact percentile as Spark's `percentile` defines it: at position fraction * (n - 1) of the
+    sorted values, linearly interpolated between the two values around it."""
+    ordered = sorted(values)
+    position = fraction * (len(ordered) - 1)
+    lower, upper = math.floor(position), math.ceil(position)
+    if lower == upper or ordered[lower] == ordered[upper]:
+        return ordered[lower]
+    return (upper - position) * ordered[lower] + (position - lower) * ordered[upper]
+
+
+def p90_and_n(events: list[SourceEvent]) -> dict[str, float]:
+    """examples/p90_per_key.sql: the exact 90th percentile of the values, and how many there were."""
+    return {"p90": exact_percentile([e.value for e in events], 0.9), "n": len(events)}
+
+
+def exact_total(events: list[SourceEvent]) -> dict[str, float]:
+    """The sum of the values, rounded once (what examples/top3_keys_per_window.sql ranks by)."""
+    return {"total": math.fsum(e.value for e in events)}
+
+
 def by_key(event: SourceEvent) -> Any:
     return event.key
+
+
+def whole_window(event: SourceEvent) -> Any:
+    """The group of a query that groups by its window alone: one result per window."""
+    return ""
+
+
+@dataclass(frozen=True)
+class TopN:
+    """A ranking within each window: of a window's groups only the `n` with the largest `by` value
+    answer (on equal values the smaller group first), numbered from 1 in `rank_column`."""
+
+    n: int
+    by: str
+    rank_column: str = "rank"
 
 
 @dataclass(frozen=True)
@@ -312,17 +359,23 @@ class Version:
     window_ms: int
     aggregate: Aggregate
     group: Callable[[SourceEvent], Any] = by_key  # the group an event counts in
-    group_column: str = "key"  # the result column holding it
+    group_column: str = "key"  # the result column holding it; "" when the query groups by its window alone
     keep: Callable[[SourceEvent], bool] = lambda event: True  # the query's own filter
     slide_ms: int | None = None  # how often a window starts; None: tumbling (every window_ms)
+    top: TopN | None = None  # the query keeps only the first groups of each window (see TopN)
 
     @property
     def slide(self) -> int:
         return self.slide_ms or self.window_ms
 
+    def group_of(self, row: Mapping[str, Any]) -> str:
+        """The group a result row answers for, as `group` names it."""
+        return str(row[self.group_column]) if self.group_column else ""
+
 
 # A result's identity: (window_start, window_end, group).
 Identity = tuple[int, int, str]
+Window = tuple[int, int]  # (window_start, window_end)
 
 
 def owner_of(versions: list[Version], cuts: list[int], window_end: int) -> int:
@@ -330,28 +383,74 @@ def owner_of(versions: list[Version], cuts: list[int], window_end: int) -> int:
     return bisect.bisect_left(cuts, window_end)
 
 
-def expected_results(
+def expected_groups(
     events: list[SourceEvent], versions: list[Version], cuts: list[int], closed_until: int
-) -> dict[Identity, tuple[str, dict[str, float]]]:
-    """(window_start, window_end, group) -> (owning query, values) for every closed window.
+) -> dict[Window, tuple[int, dict[str, dict[str, float]]]]:
+    """(window_start, window_end) -> (index of the owning version, group -> values) for every closed
+    window with events, every group of it (a top-N version answers only the first ones: `assert_ranking`).
 
-    Version i owns the windows ending in (cuts[i-1], cuts[i]); each is valued from every event in
+    Version i owns the windows ending in (cuts[i-1], cuts[i]]; each is valued from every event in
     it, whichever version received it. Windows close when their end is at or before `closed_until`.
     """
     assert len(cuts) == len(versions) - 1, (cuts, [v.query_id for v in versions])
-    grouped: dict[tuple[int, str, int], list[SourceEvent]] = defaultdict(list)
+    grouped: dict[tuple[int, int, str], list[SourceEvent]] = defaultdict(list)
     for e in events:
         for i, version in enumerate(versions):
             if not version.keep(e):
                 continue
             for end in window_ends(e.ts, version.window_ms, version.slide):
                 if end <= closed_until and owner_of(versions, cuts, end) == i:
-                    grouped[(i, str(version.group(e)), end)].append(e)
-    out: dict[Identity, tuple[str, dict[str, float]]] = {}
-    for (i, group_value, end), group in grouped.items():
-        version = versions[i]
-        out[(end - version.window_ms, end, group_value)] = (version.query_id, version.aggregate(group))
+                    grouped[(i, end, str(version.group(e)))].append(e)
+    out: dict[Window, tuple[int, dict[str, dict[str, float]]]] = {}
+    for (i, end, group_value), group in grouped.items():
+        window = (end - versions[i].window_ms, end)
+        out.setdefault(window, (i, {}))[1][group_value] = versions[i].aggregate(group)
     return out
+
+
+def close_enough(value: float, expected: float) -> bool:
+    return math.isclose(value, expected, rel_tol=1e-9, abs_tol=1e-6)
+
+
+def assert_ranking(
+    window: Window, answered: Mapping[str, Mapping[str, Any]], groups: Mapping[str, Mapping[str, float]], top: TopN
+) -> None:
+    """One closed window of a top-N query: `answered` (group -> result row) against every group's
+    recomputed values.
+
+    The query ranks by the values it computed, and a sum of floats may differ from the exact one in
+    its last bits, enough to order two groups whose exact values are equal either way. So the order
+    is checked on the values the query emitted (larger first, on equal values the smaller group), and
+    those values against the recomputation; a group left out must not be worth more than the last
+    one answered (give or take those bits)."""
+    assert len(answered) == min(top.n, len(groups)), (
+        f"window {window}: {len(answered)} groups ranked, expected {min(top.n, len(groups))} "
+        f"({sorted(answered)}, of {len(groups)} groups)"
+    )
+    for group, row in answered.items():
+        assert group in groups, f"window {window}: group {group!r} ranked, but it has no events there"
+        for name, value in groups[group].items():
+            assert close_enough(float(row[name]), value), (
+                f"window {window} {group!r}: {name}={row[name]}, recomputed {value}"
+            )
+    order = sorted(answered, key=lambda group: int(answered[group][top.rank_column]))
+    assert [int(answered[g][top.rank_column]) for g in order] == list(range(1, len(order) + 1)), (
+        f"window {window}: ranks {[answered[g][top.rank_column] for g in order]}"
+    )
+    for better, worse in itertools.pairwise(order):
+        high, low = float(answered[better][top.by]), float(answered[worse][top.by])
+        assert high > low or (high == low and better < worse), (
+            f"window {window}: {better!r} ({top.by} {high}) ranked before {worse!r} ({top.by} {low})"
+        )
+    if order:
+        last = order[-1]
+        lowest = float(answered[last][top.by])
+        for group, values in groups.items():
+            if group not in answered:
+                value = values[top.by]
+                assert value < lowest or close_enough(value, lowest), (
+                    f"window {window}: {group!r} ({top.by} {value}) left out, but {last!r} ({lowest}) was ranked"
+                )
 
 
 def same_result(a: Result, b: Result) -> bool:
@@ -379,7 +478,8 @@ def assert_invariants(
     allow_redelivery: bool = False,
 ) -> None:
     """Exactly once per (window, group), owned by the right version, no gap, correct values, one key
-    per result.
+    per result. A top-N version (Version.top) answers exactly its first groups of each window, in
+    order (see `assert_ranking`).
 
     With `allow_redelivery` (after a crash) a result may appear twice in the topic, but only as
     the identical record with the same key (a replayed batch overwriting itself).
@@ -395,22 +495,33 @@ def assert_invariants(
         )
         assert r.window_end - r.window_start == owner.window_ms, f"{r.query_id} answered a window of another size: {r}"
         assert r.window_end % owner.slide == 0, f"{r.query_id} answered a window off its grid: {r}"
-        identity = (r.window_start, r.window_end, str(r.row[owner.group_column]))
+        identity = (r.window_start, r.window_end, owner.group_of(r.row))
         # One key per result: a reader that upserts by key keeps every (window, group) apart.
         assert keys.setdefault(r.key, identity) == identity, f"key {r.key} holds {keys[r.key]} and {identity}"
         if identity in seen and allow_redelivery and same_result(seen[identity], r):
             continue
         assert identity not in seen, f"duplicate result for window {identity}: {seen[identity].row} and {r.row}"
         seen[identity] = r
-    expected = expected_results(events, versions, cuts, closed_until)
-    missing = sorted(set(expected) - set(seen))
+    answered: dict[Window, dict[str, Mapping[str, Any]]] = defaultdict(dict)
+    for (start, end, group_value), r in seen.items():
+        answered[(start, end)][group_value] = r.row
+    expected = expected_groups(events, versions, cuts, closed_until)
+    missing = [
+        (*window, group_value)
+        for window, (i, groups) in sorted(expected.items())
+        if versions[i].top is None
+        for group_value in sorted(set(groups) - set(answered.get(window, {})))
+    ]
     assert not missing, f"{len(missing)} closed (window, group) results missing, first {missing[:5]}"
-    for identity, result in seen.items():
-        if identity not in expected:
-            # A window that closed after `closed_until` may already be out; it is owned right (above).
+    # A window that closed after `closed_until` may already be out; it is owned right (above).
+    for window, (i, groups) in sorted(expected.items()):
+        got = answered.get(window, {})
+        top = versions[i].top
+        if top is not None:
+            assert_ranking(window, got, groups, top)
             continue
-        _, values = expected[identity]
-        for name, value in values.items():
-            assert math.isclose(float(result.row[name]), value, rel_tol=1e-9, abs_tol=1e-6), (
-                f"window {identity} {name}={result.row[name]}, recomputed {value}"
-            )
+        for group_value in set(groups) & set(got):
+            for name, value in groups[group_value].items():
+                assert close_enough(float(got[group_value][name]), value), (
+                    f"window {(*window, group_value)} {name}={got[group_value][name]}, recomputed {value}"
+                )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -15,12 +16,14 @@ from kafka import KafkaProducer
 from pyspark.sql import DataFrame, SparkSession
 
 from hotswap.contract.envelope import ROUTE_HEADER, marker_route
-from hotswap.contract.models import QueryKind, QuerySource
+from hotswap.contract.models import GraphEngine, QueryKind, QuerySource
 from hotswap.contract.settings import Settings
-from hotswap.contract.source import LEGACY_SOURCE
+from hotswap.contract.source import LEGACY_SOURCE, SourceSpec
 from hotswap.contract.windows import marker_event_time
 from hotswap.execution_graph.errors import QueryRejected
+from hotswap.execution_graph.events import batch_events
 from hotswap.execution_graph.graph import events_stream
+from hotswap.execution_graph.schemas import resolve
 from hotswap.execution_graph.source import load_query_source
 from hotswap.execution_graph.user_query import apply_query
 from hotswap.execution_graph.validation import QueryShape, validate_query
@@ -31,6 +34,7 @@ from tests.integration.harness import JARS, QUERIES, REPO
 pytestmark = [pytest.mark.integration]
 
 BAD = QUERIES / "bad"
+EXAMPLES = REPO / "examples"
 RUNNING_WINDOW_MS = 10_000  # every query is checked as the replacement of examples/count_per_key.sql
 T0 = 1_700_000_000_000
 WINDOW = "SELECT window.start AS window_start, window.end AS window_end"
@@ -250,16 +254,86 @@ def test_every_valid_query_runs_on_a_stream(spark: SparkSession, services: Servi
     assert len(queries) >= 12
 
 
-def test_the_example_queries_group_by_key(spark: SparkSession, events: DataFrame) -> None:
-    examples = REPO / "examples"
-    for name, window_ms, slide_ms in (
-        ("count_per_key.sql", 10_000, 10_000),
-        ("max_per_key_30s.sql", 30_000, 30_000),
-        ("average_per_key.py", 10_000, 10_000),
-        ("count_per_key_30s_every_10s.sql", 30_000, 10_000),
-    ):
-        shape = validate(spark, events, load_query_source(examples / name))
-        assert (shape.window_ms, shape.windowing.slide_ms, shape.group_columns) == (window_ms, slide_ms, ("key",)), name
+@dataclass(frozen=True)
+class Example:
+    """A query in examples/ and what validation must read from it."""
+
+    file: str
+    window_ms: int
+    slide_ms: int
+    groups: tuple[str, ...]
+    streams: bool = True  # the stateful engine runs it too; else only the closing engine does
+    schema: str | None = None  # the DDL file in examples/ it reads (event time created_at); None: the demo's
+
+
+EXAMPLE_QUERIES = [
+    Example("count_per_key.sql", 10_000, 10_000, ("key",)),
+    Example("max_per_key_30s.sql", 30_000, 30_000, ("key",)),
+    Example("average_per_key.py", 10_000, 10_000, ("key",)),
+    Example("count_per_key_30s_every_10s.sql", 30_000, 10_000, ("key",)),
+    Example("distinct_keys_per_window.sql", 10_000, 10_000, (), streams=False),
+    Example("p90_per_key.sql", 10_000, 10_000, ("key",), streams=False),
+    Example("top3_keys_per_window.sql", 10_000, 10_000, ("key",), streams=False),
+    Example("orders_per_country.sql", 10_000, 10_000, ("country",), schema="orders.ddl"),
+    Example("orders_per_channel.sql", 20_000, 20_000, ("channel",), schema="orders_with_channel.ddl"),
+]
+
+
+def test_every_example_query_is_listed() -> None:
+    queries = sorted(path.name for path in EXAMPLES.iterdir() if path.suffix in (".sql", ".py"))
+    assert queries == sorted(example.file for example in EXAMPLE_QUERIES)
+
+
+@pytest.mark.parametrize("example", EXAMPLE_QUERIES, ids=lambda example: example.file)
+def test_every_example_validates_on_each_engine_that_runs_it(
+    spark: SparkSession, services: Services, example: Example
+) -> None:
+    """Over the `events` each engine gives a query (a stream for the stateful one, a batch for the
+    closing one), of the schema the example reads, as the replacement of count_per_key.sql."""
+    reads = LEGACY_SOURCE
+    if example.schema is not None:
+        ddl = (EXAMPLES / example.schema).read_text().strip()
+        reads = resolve(spark, SourceSpec(schema_ddl=ddl, event_time="created_at"))
+    engines = {GraphEngine.CLOSING: batch_events(spark, reads)}
+    if example.streams:
+        settings = Settings(jars_dir=JARS, kafka_bootstrap=services.bootstrap)
+        topic = settings.names.graph_topic("validation")
+        engines[GraphEngine.STATEFUL] = events_stream(spark, settings, topic, reads)
+    source = load_query_source(EXAMPLES / example.file)
+    for engine, events in engines.items():
+        shape = validate(spark, events, source)
+        assert (shape.window_ms, shape.windowing.slide_ms, shape.group_columns) == (
+            example.window_ms,
+            example.slide_ms,
+            example.groups,
+        ), engine
+        assert shape.columns[:2] == ("window_start", "window_end"), engine
+
+
+# Per-window SQL that only the closing engine runs: (example, its group columns, a word the stateful
+# engine's one-line reason must hold, or None where it is not checked).
+PER_WINDOW = [
+    pytest.param("distinct_keys_per_window.sql", (), "distinct", id="distinct-count"),
+    pytest.param("p90_per_key.sql", ("key",), None, id="exact-percentile"),
+    pytest.param("top3_keys_per_window.sql", ("key",), "row_number", id="top-n"),
+]
+
+
+@pytest.mark.parametrize(("name", "groups", "refused_for"), PER_WINDOW)
+def test_the_closing_engine_accepts_per_window_sql_the_stateful_engine_refuses(
+    spark: SparkSession, events: DataFrame, name: str, groups: tuple[str, ...], refused_for: str | None
+) -> None:
+    source = load_query_source(EXAMPLES / name)
+    shape = validate(spark, batch_events(spark, LEGACY_SOURCE), source)
+    assert (shape.window_ms, shape.windowing.slide_ms, shape.group_columns) == (10_000, 10_000, groups)
+    if refused_for is None:
+        return
+    with pytest.raises(QueryRejected) as rejected:
+        validate(spark, events, source)
+    message = str(rejected.value)
+    assert "\n" not in message
+    assert refused_for in message.lower(), message
+    assert "without an event-time window" not in message, message  # it has one: that is not why
 
 
 @pytest.mark.parametrize(

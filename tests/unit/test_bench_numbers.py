@@ -1,8 +1,11 @@
 """The benchmark's arithmetic (no Spark, Kafka or Redis): percentiles, output gaps, coverage of the
 source by the results, median and spread over rounds, throughput as a slope, CPU per 1,000 events,
-a swap's phases against its floor, and the targets' met / not met."""
+a swap's phases against its floor, ratios round by round, the Spark tasks each batch ran, and the
+targets' and each engine's goals' met / not met."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
@@ -13,12 +16,17 @@ from benchmarks.measures import (
     drain_batches,
     emission_points,
     fit_slope,
+    one_value,
+    paired_ratios,
     per_thousand,
+    ratio,
     spread,
     steady_slope,
     swap_phases,
+    tasks_over_rounds,
+    tasks_per_batch,
 )
-from benchmarks.report import fmt, targets
+from benchmarks.report import engine_goals, engine_summary, fmt, goals_table, table, targets
 
 
 def emitted(window_start: int, emit_ms: int, n: int = 5) -> Emitted:
@@ -209,3 +217,192 @@ def test_a_drain_splits_into_the_batch_in_flight_the_batches_after_the_marker_an
     ]
     assert got["seen_s"] == 0.25
     assert got["total_s"] == 2.75
+
+
+# -- one contender against another ---------------------------------------------------------------
+
+
+def test_ratio_is_none_when_either_side_is_unmeasured_or_the_base_is_zero() -> None:
+    assert ratio(3.0, 2.0) == 1.5
+    assert ratio(1.0, 3.0) == 0.333
+    assert ratio(None, 2.0) is None
+    assert ratio(1.0, None) is None
+    assert ratio(1.0, 0.0) is None
+
+
+def test_paired_ratios_take_each_round_against_its_own_base_then_the_spread() -> None:
+    # Round 2 ran on a busier machine: both sides slower, its ratio no worse for it.
+    rounds = [(20_000.0, 40_000.0), (10_000.0, 20_000.0), (18_000.0, 30_000.0), (15_000.0, None)]
+    assert paired_ratios(rounds) == {"median": 0.5, "min": 0.5, "max": 0.6, "n": 3}
+    assert paired_ratios([(None, 1.0)]) is None
+
+
+# -- Spark tasks per batch ------------------------------------------------------------------------
+
+
+def test_each_stage_counts_for_the_batch_during_which_it_was_submitted() -> None:
+    batches = [(1_000, 500), (2_000, 800), (3_000, 400)]  # (start ms, duration ms)
+    stages = [
+        (900, 1),  # the first stage still held: batches from here on are counted
+        (1_100, 2),  # batch at 1,000: a header aggregation over 2 partitions
+        (1_200, 2),  # ... and its shuffle
+        (2_050, 2),
+        (2_300, 4),  # batch at 2,000 also closed a window: the batch read and its shuffle
+        (2_600, 2),
+        (1_700, 3),  # between two batches: no batch's own work
+        (3_000, 2),  # a stage submitted as its batch starts is its batch's
+    ]
+    got = tasks_per_batch(batches, stages)
+    assert got["per_batch"] == [4, 8, 2]
+    assert (got["batches"], got["counted"], got["unattributed_stages"]) == (3, 3, 1)
+    assert (got["median"], got["max"], got["total"], got["mean"]) == (4, 8, 14, 4.7)
+
+
+def test_batches_before_the_first_stage_spark_still_holds_are_not_counted() -> None:
+    # Spark forgot the stages before 2,100: the batch at 1,000 and the one at 2,000 (which may have
+    # lost its first stages) are left out rather than counted short.
+    batches = [(1_000, 500), (2_000, 800), (3_000, 400)]
+    got = tasks_per_batch(batches, [(2_100, 2), (2_200, 2), (3_100, 3)])
+    assert got["per_batch"] == [3]
+    assert (got["batches"], got["counted"]) == (3, 1)
+
+
+def test_no_stage_held_counts_no_batch() -> None:
+    got = tasks_per_batch([(1_000, 500)], [])
+    assert (got["batches"], got["counted"], got["per_batch"]) == (1, 0, [])
+    assert "median" not in got
+
+
+def test_tasks_over_rounds_spread_the_rounds_medians_and_largest_batches() -> None:
+    rounds: list[dict[str, Any]] = [
+        {"counted": 40, "median": 3, "max": 9},
+        {"counted": 38, "median": 5, "max": 11},
+        {"counted": 0, "per_batch": []},  # Spark's store had nothing of this round
+        {"counted": 41, "median": 4, "max": 10},
+    ]
+    got = tasks_over_rounds(rounds)
+    assert got["median"] == {"median": 4.0, "min": 3.0, "max": 5.0, "n": 3}
+    assert got["max"] == {"median": 10.0, "min": 9.0, "max": 11.0, "n": 3}
+    assert got["batches_counted"] == 119
+    assert tasks_over_rounds([]) == {"median": None, "max": None, "batches_counted": 0}
+
+
+def test_one_value_is_the_value_every_round_measured_else_all_of_them() -> None:
+    assert one_value([2, 2, None, 2]) == 2
+    assert one_value([1, 2, 1]) == [1, 2]
+    assert one_value([None]) is None
+
+
+# -- each engine against the issue's goals -------------------------------------------------------
+
+
+def _two_engines() -> dict[str, object]:
+    def over_rounds(median: float) -> dict[str, float]:
+        return {"median": median, "min": median, "max": median, "n": 3}
+
+    def live(during: float, steady: float, over_floor: float) -> dict[str, object]:
+        return {
+            "latency": {
+                "steady": {"p50_s": steady, "p99_s": steady},
+                "during_swap": {"p50_s": during, "p99_s": during},
+            },
+            "swap": {"overhead_over_floor_s": over_floor},
+        }
+
+    def graphs(partitions: int, median: float, largest: int) -> dict[str, object]:
+        return {
+            "graph.count_per_key": {
+                "engine": "closing" if partitions > 1 else "stateful",
+                "topic_partitions": partitions,
+                "tasks": {"counted": 30, "median": median, "max": largest},
+            }
+        }
+
+    rounds = [
+        {
+            "round": n,
+            "plain_spark": {"steady": {"p99_s": 1.2}},
+            "hotswap": {"steady": {"p99_s": 3.5}, "profile": {"graphs": graphs(1, 5, 7)}},
+            "hotswap_closing": {"steady": {"p99_s": 1.6}, "profile": {"graphs": graphs(2, 3 + n, 12)}},
+        }
+        for n in (1, 2, 3)
+    ]
+    return {
+        "throughput": {
+            "throughput_ratio": over_rounds(0.53),
+            "throughput_ratios": {"hotswap": over_rounds(0.53), "hotswap_closing": over_rounds(0.85)},
+            "runs": [
+                {"side": "hotswap_closing", "graphs": graphs(2, 6, 20)},
+                {"side": "hotswap", "graphs": graphs(1, 5, 9)},
+                {"side": "hotswap_closing", "error": "TimeoutError: ..."},
+            ],
+        },
+        "latency": {
+            "plain_spark": {"p99_s": over_rounds(1.2)},
+            "hotswap": {"p99_s": over_rounds(3.5)},
+            "hotswap_closing": {"p99_s": over_rounds(1.6)},
+            "p99_over_plain": {"hotswap": over_rounds(2.9), "hotswap_closing": over_rounds(1.33)},
+            "rounds": rounds,
+        },
+        "live": live(during=5.2, steady=3.5, over_floor=5.8),
+        "live_closing": live(during=1.8, steady=1.6, over_floor=1.5),
+    }
+
+
+def test_each_engine_is_judged_against_the_goals_on_its_own_numbers() -> None:
+    results = _two_engines()
+    stateful, closing = engine_goals(results, "hotswap"), engine_goals(results, "hotswap_closing")
+    assert {k: g["met"] for k, g in stateful.items()} == {
+        "throughput_ratio": False,
+        "steady_p99_over_plain": False,
+        "steady_p99_s": False,
+        "p99_swap_over_steady": False,
+        "swap_over_floor_s": False,
+    }
+    assert {k: g["met"] for k, g in closing.items()} == {
+        "throughput_ratio": True,  # 0.85 >= 0.8
+        "steady_p99_over_plain": True,  # 1.33 <= 1.5
+        "steady_p99_s": True,  # 1.6 <= 2.0
+        "p99_swap_over_steady": True,  # 1.8 / 1.6 = 1.125 <= 1.25
+        "swap_over_floor_s": True,  # 1.5 <= 2
+    }
+    assert closing["p99_swap_over_steady"]["value"] == 1.125
+    assert closing["throughput_ratio"]["spread"]["n"] == 3
+
+
+def test_an_engine_the_run_did_not_measure_meets_no_goal() -> None:
+    goals = engine_goals({"throughput": {"error": "boom"}}, "hotswap_closing")
+    assert all(goal["met"] is None for goal in goals.values())
+    # A run from before the engines were told apart: the stateful engine's ratio under its old name.
+    old = engine_goals(
+        {"throughput": {"throughput_ratio": {"median": 0.82, "min": 0.8, "max": 0.9, "n": 3}}}, "hotswap"
+    )
+    assert old["throughput_ratio"]["met"] is True
+
+
+def test_engine_summary_gathers_partitions_and_tasks_per_batch_over_rounds_and_drains() -> None:
+    results = _two_engines()
+    closing = engine_summary(results, "hotswap_closing")
+    assert (closing["graph_engine"], closing["graph_topic_partitions"]) == ("closing", 2)
+    steady, drain = closing["graph_tasks_per_batch"]["steady"], closing["graph_tasks_per_batch"]["drain"]
+    assert steady["median"] == {"median": 5.0, "min": 4.0, "max": 6.0, "n": 3}
+    assert steady["batches_counted"] == 90
+    assert drain["max"] == {"median": 20.0, "min": 20.0, "max": 20.0, "n": 1}  # the failed drain counts nothing
+    assert engine_summary(results, "hotswap")["graph_topic_partitions"] == 1
+
+
+def test_the_tables_show_every_contender_and_each_engine_against_the_goals() -> None:
+    results = _two_engines()
+    results["engines"] = {side: engine_summary(results, side) for side in ("hotswap", "hotswap_closing")}
+    headline = table(results).splitlines()
+    assert headline[0] == "| measure | plain Spark | hotswap (stateful) | hotswap (closing) |"
+    assert all(line.count("|") == 5 for line in headline)
+    partitions = next(line for line in headline if line.startswith("| execution graph topic partitions"))
+    assert partitions == "| execution graph topic partitions |  | 1 | 2 |"
+    tasks = next(line for line in headline if line.startswith("| Spark tasks per execution-graph batch"))
+    assert "steady 5.0 [5.0-5.0] (7 [7-7]); drain 5.0 [5.0-5.0] (9 [9-9])" in tasks
+    goals = goals_table(results).splitlines()
+    assert goals[0] == "| goal | hotswap (stateful) | hotswap (closing) |"
+    swap = next(line for line in goals if line.startswith("| swap over its floor"))
+    assert swap == "| swap over its floor, s (goal <= 2) | 5.800 (not met) | 1.500 (met) |"
+    assert "not measured" in goals_table({}).splitlines()[2]

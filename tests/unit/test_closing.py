@@ -37,14 +37,16 @@ def test_the_graph_closes_through_the_minimum_marker_not_the_maximum() -> None:
     ]
     state, closing = advance(ClosingState(), 0, reads, partitions=4, windowing=TUMBLING)
     assert state.closed_through == 30_000
-    assert closing is not None and closing.through == 30_000
+    assert closing is not None
+    assert closing.through == 30_000
 
 
 def test_a_partition_never_read_holds_every_window_open() -> None:
     state, closing = advance(
         ClosingState(), 0, [PartitionRead(0, end=3, marker=100_000)], partitions=2, windowing=TUMBLING
     )
-    assert closing is None and state.closed_through is None
+    assert closing is None
+    assert state.closed_through is None
 
 
 def test_closing_never_moves_back_and_closes_each_window_once() -> None:
@@ -55,10 +57,12 @@ def test_closing_never_moves_back_and_closes_each_window_once() -> None:
         partitions=1,
         windowing=TUMBLING,
     )
-    assert first is not None and first.through == 20_000
+    assert first is not None
+    assert first.through == 20_000
     # An older marker read again (a marker sent twice): nothing closes.
     state, again = advance(state, 1, [PartitionRead(0, end=5, marker=10_000)], partitions=1, windowing=TUMBLING)
-    assert again is None and state.closed_through == 20_000
+    assert again is None
+    assert state.closed_through == 20_000
     state, second = advance(state, 2, [PartitionRead(0, end=7, marker=30_000)], partitions=1, windowing=TUMBLING)
     assert second is not None
     assert (second.after, second.through) == (20_000, 30_000)
@@ -77,7 +81,9 @@ def test_a_closed_bucket_is_forgotten_and_its_late_duplicates_too() -> None:
     )
     assert set(state.first_offsets) == {20_000}
     # A replayed service batch writes rows of a closed window again, after the marker.
-    state, closing = advance(state, 1, [PartitionRead(0, end=6, first_offsets={10_000: 4})], partitions=1, windowing=TUMBLING)
+    state, closing = advance(
+        state, 1, [PartitionRead(0, end=6, first_offsets={10_000: 4})], partitions=1, windowing=TUMBLING
+    )
     assert closing is None
     assert set(state.first_offsets) == {20_000}
 
