@@ -60,7 +60,7 @@ def plain_events(spark: SparkSession, settings: Settings, starting: str) -> Data
 
 def start_plain(spark: SparkSession, settings: Settings, query: Path, version: str, starting: str) -> StreamingQuery:
     """One plain query writing through the same ResultWriter hotswap uses (same keys and JSON)."""
-    output = apply_query(spark, plain_events(spark, settings, starting), load_query_source(query))
+    output = apply_query(plain_events(spark, settings, starting), load_query_source(query))
     # Spark's default trigger, as a user runs plain Spark (it is plain Spark's faster one: README,
     # "Performance", "Trigger"), whatever hotswap's trigger_interval.
     return (

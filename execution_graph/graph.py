@@ -109,7 +109,7 @@ class GraphRunner:
         checkpoint = self._settings.names.graph_checkpoint(record.query_id)
         claim_checkpoint(checkpoint, record)
         if record.engine is GraphEngine.CLOSING:
-            compute = prepare_query(self._spark, record.source)
+            compute = prepare_query(record.source)
             # Applied once now, to an empty batch: a query that no longer analyses fails its start, as a
             # stateful graph's does; then once for each batch that closes windows.
             compute(batch_events(self._spark, self.reads(record)))
@@ -125,7 +125,7 @@ class GraphRunner:
             )
         else:
             events = events_stream(self._spark, self._settings, record.topic, self.reads(record), record.reads_from)
-            output = apply_query(self._spark, events, record.source)
+            output = apply_query(events, record.source)
             stream = (
                 output.writeStream.queryName(self._settings.names.graph_query(record.query_id))
                 .outputMode("append")

@@ -54,6 +54,9 @@ class Plan:
         self._classes: dict[str, JavaObject] = {}
 
     # -- the window ------------------------------------------------------------------------------
+    def has_aggregate(self) -> bool:
+        return any(self._is(node, _AGGREGATE) for node in self._nodes())
+
     def has_session_window(self) -> bool:
         return any(_has_marker(a, SESSION_WINDOW_MARKER) for node in self._nodes() for a in _seq(node.output()))
 

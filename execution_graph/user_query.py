@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import structlog
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 
 from hotswap.contract.causes import full_trace, root_cause
 from hotswap.contract.models import QueryKind, QuerySource
@@ -35,23 +35,26 @@ log = structlog.get_logger(__name__)
 QueryFunction = Callable[[DataFrame], DataFrame]
 
 
-def apply_query(spark: SparkSession, events: DataFrame, source: QuerySource) -> DataFrame:
+def apply_query(events: DataFrame, source: QuerySource) -> DataFrame:
     """The user's output DataFrame over `events`; raises QueryRejected with a one-line reason."""
-    return prepare_query(spark, source)(events)
+    return prepare_query(source)(events)
 
 
-def prepare_query(spark: SparkSession, source: QuerySource) -> QueryFunction:
+def prepare_query(source: QuerySource) -> QueryFunction:
     """The user's query as a function of `events`, for a graph that applies it again to each batch
     of rows (a closing graph): a `.py` file's module is loaded once, here; its `query` function,
     or the SQL text's analysis, runs at each call. Each call raises QueryRejected with a one-line
     reason."""
     if source.kind is QueryKind.SQL:
-        return lambda events: _apply_sql(spark, events, source)
+        return lambda events: _apply_sql(events, source)
     function = _load_python(source)
     return lambda events: _call_python(function, events, source)
 
 
-def _apply_sql(spark: SparkSession, events: DataFrame, source: QuerySource) -> DataFrame:
+def _apply_sql(events: DataFrame, source: QuerySource) -> DataFrame:
+    # On `events`' own session, where its view is: a closing graph's batches come with the streaming
+    # query's session, not the one the graph was started from.
+    spark = events.sparkSession
     with _view_lock:
         events.createOrReplaceTempView(EVENTS_VIEW)
         try:

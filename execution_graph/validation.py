@@ -68,7 +68,7 @@ def validate_query(
     for a stateful graph (Spark's streaming rules apply), a batch for a closing graph (any batch
     query over a window's rows: distinct counts, exact percentiles, ranking). `running_grid_ms`:
     the spacing of the running query's window ends (its slide; its size when tumbling)."""
-    output = apply_query(spark, events, source)
+    output = apply_query(events, source)
     _check_columns(source, output)
     if events.isStreaming:
         _check_streaming(spark, source, output)
@@ -163,6 +163,11 @@ def _windowing(source: QuerySource, plan: Plan) -> Windowing:
     except Py4JJavaError as exc:
         raise QueryRejected(f"query {name!r} window cannot be read from its plan: {first_line(exc)}") from exc
     if not grids:
+        if plan.has_aggregate():  # what Spark's streaming checks say of it on a stateful graph, said for both
+            raise QueryRejected(
+                f"query {name!r} aggregates without an event-time window (group by window(event_time, ...)); "
+                "a window's result must be emitted once, when the window closes"
+            )
         raise QueryRejected(f"query {name!r} has no window(event_time, ...) in its plan; is it windowed?")
     sizes = {end - start for grid in grids for start, end in grid.windows}
     slides = {grid.slide_micros for grid in grids}

@@ -318,6 +318,7 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
         "SPARK_CONF": json.dumps(KEEP_EVERY_BATCH),
         "TOPIC_REPLICATION_FACTOR": str(settings.topic_replication_factor),
         "GRAPH_ENGINE": str(settings.graph_engine),
+        "SOURCE_PARTITIONS": str(settings.source_partitions),
     }
     if settings.graph_partitions is not None:
         values["GRAPH_PARTITIONS"] = str(settings.graph_partitions)

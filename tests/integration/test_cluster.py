@@ -5,7 +5,8 @@ application whose tasks run in two executor JVMs, one per worker. Three swaps un
 every invariant, checked against the same offline recomputation as on local Spark (test_swap.py).
 Checkpoints stay on the local file system, which the driver and both executors share here; on a
 cluster of several machines the checkpoint root must be a store they all see (README, "Running on
-a cluster").
+a cluster"). The graphs run on the closing engine over a source of four partitions, so each graph's
+topic has four, each read by a task of its own.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ from pathlib import Path
 import pytest
 import redis
 
+from hotswap.contract.models import GraphEngine
 from hotswap.contract.names import Keys
 from hotswap.contract.settings import Settings
 from hotswap.executor.operator.client import Client
 from tests.conftest import wait_until
-from tests.integration.harness import ExecutorProcess
+from tests.integration.harness import ExecutorProcess, changed
 from tests.integration.oracle import KEEP_EVERY_BATCH
 from tests.integration.scenarios import COUNT_10S, assert_three_swaps_keep_every_invariant, three_swaps_under_load
 from tests.integration.spark_cluster import EXECUTOR_CONF, WORKER_UI_PORTS, StandaloneCluster
@@ -48,9 +50,20 @@ def tail(path: Path, lines: int = 40) -> str:
     return "\n".join(path.read_bytes().decode(errors="replace").splitlines()[-lines:])
 
 
+def read_partitions(settings: Settings, query_id: str, topic: str) -> dict[str, int]:
+    """The end offset of each partition of its topic that the graph's last planned batch read
+    (Spark's offset log: a line of version, a line of metadata, then one line per source)."""
+    offsets = settings.names.graph_checkpoint(query_id) / "offsets"
+    last = max(int(p.name) for p in offsets.iterdir() if p.name.isdigit())
+    sources = [json.loads(line) for line in (offsets / str(last)).read_text().splitlines()[2:]]
+    return {p: int(o) for source in sources for p, o in source.get(topic, {}).items()}
+
+
 def test_three_swaps_on_a_standalone_cluster_keep_every_invariant(
-    settings: Settings, client: Client, control: redis.Redis, spark_cluster: StandaloneCluster, tmp_path: Path
+    settings: Settings, control: redis.Redis, spark_cluster: StandaloneCluster, tmp_path: Path
 ) -> None:
+    settings = changed(settings, graph_engine="closing", source_partitions=4)
+    client = Client(settings, control)
     conf = {**KEEP_EVERY_BATCH, **EXECUTOR_CONF}
     executor = ExecutorProcess(
         settings,
@@ -82,3 +95,10 @@ def test_three_swaps_on_a_standalone_cluster_keep_every_invariant(
         if "Finished task" in path.read_text(errors="replace")
     }
     assert worked == {f"worker-{index}" for index in range(len(WORKER_UI_PORTS))}
+    # Each graph's topic has the source's four partitions, and its stream read every one of them:
+    # Spark's Kafka source runs one task per topic partition in each batch.
+    for query_id, graph in run.status.graphs.items():
+        assert (graph.engine, graph.partitions) == (GraphEngine.CLOSING, 4), query_id
+        read = read_partitions(settings, query_id, graph.topic)
+        assert sorted(read) == ["0", "1", "2", "3"], f"{query_id} read {read}"
+        assert all(offset > 0 for offset in read.values()), f"{query_id} read {read}"

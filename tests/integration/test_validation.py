@@ -235,7 +235,7 @@ def test_every_valid_query_runs_on_a_stream(spark: SparkSession, services: Servi
     producer.close(timeout=10)
     stream = events_stream(spark, settings, topic, LEGACY_SOURCE)
     queries = [
-        apply_query(spark, stream, param.values[0])  # type: ignore[arg-type]  # pytest.param values are untyped
+        apply_query(stream, param.values[0])  # type: ignore[arg-type]  # pytest.param values are untyped
         .writeStream.format("noop")
         .trigger(availableNow=True)
         .option("checkpointLocation", str(tmp_path / f"checkpoint-{i}"))
