@@ -86,7 +86,7 @@ test: lint jars browser ## Lint, then every test, the cluster tests included (Ka
 	@if $(CONTAINERS); then $(MAKE) --no-print-directory images; fi
 	$(BIN)/pytest -v --durations=15
 
-bench: jars ## Benchmarks beside plain Spark and stop-and-restart (QUICK=1: about 10 minutes); not part of `make test`
+bench: jars ## Benchmarks beside plain Spark and stop-and-restart (QUICK=1: about 15 minutes); not part of `make test`
 	@# matplotlib (the plot) comes with the dev extra; install the bench extra only if it is missing.
 	@$(BIN)/python -c 'import matplotlib' 2>/dev/null || $(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m benchmarks.run $(if $(QUICK),--quick,)
