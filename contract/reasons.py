@@ -15,6 +15,9 @@ class ReasonCode(StrEnum):
     # -- rejected: the query was refused at submit; nothing changed ----------------------------
     NO_QUERY = "no_query"  # the swap carries no query text
     QUERY_INVALID = "query_invalid"  # does not analyse, is not windowed, lacks window columns, ...
+    QUERY_NOT_A_QUERY = (
+        "query_not_a_query"  # SQL text that is a command (SET, CREATE, INSERT, ...) or several statements
+    )
     QUERY_RAISED = "query_raised"  # the user's own code raised while it was analysed
     WINDOWS_NOT_CUTTABLE = "windows_not_cuttable"  # no near boundary shared with the query it replaces
 

@@ -11,10 +11,12 @@ from __future__ import annotations
 import threading
 import types
 from collections.abc import Callable
+from typing import Any
 
 import structlog
+from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
 from hotswap.contract.causes import full_trace, root_cause
 from hotswap.contract.models import QueryKind, QuerySource
@@ -55,6 +57,7 @@ def _apply_sql(events: DataFrame, source: QuerySource) -> DataFrame:
     # On `events`' own session, where its view is: a closing graph's batches come with the streaming
     # query's session, not the one the graph was started from.
     spark = events.sparkSession
+    check_is_query(spark, source)
     with _view_lock:
         events.createOrReplaceTempView(EVENTS_VIEW)
         try:
@@ -62,6 +65,61 @@ def _apply_sql(events: DataFrame, source: QuerySource) -> DataFrame:
         except PySparkException as exc:
             missing = _missing_column(exc, events, source)
             raise QueryRejected(missing or f"query {source.name!r} does not analyse: {first_line(exc)}") from exc
+
+
+# Parsed plans that do something instead of answering a query: every command (SET, CREATE ..., ADD
+# JAR, CACHE, DROP, ...) and the inserts, which are not commands in Catalyst's class tree.
+_STATEMENTS = (
+    "org.apache.spark.sql.catalyst.plans.logical.Command",
+    "org.apache.spark.sql.catalyst.plans.logical.InsertIntoDir",
+    "org.apache.spark.sql.catalyst.plans.logical.InsertIntoStatement",
+)
+
+
+def check_is_query(spark: SparkSession, source: QuerySource) -> None:
+    """Refuse SQL text that is anything but one query (a SELECT, a WITH, set operations over them),
+    from its parsed plan alone: parsing runs nothing, so a refused statement leaves no trace.
+    Raises QueryRejected (`query_not_a_query`) naming the statement."""
+    text = source.text.strip().rstrip(";").strip()
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    parser = spark._jsparkSession.sessionState().sqlParser()
+    try:
+        plan = parser.parsePlan(text)
+    except (Py4JJavaError, PySparkException) as exc:
+        if ";" in text and _parses(parser, text.split(";", 1)[0]):
+            raise QueryRejected(
+                f"query {source.name!r} holds several statements; submit one query (a SELECT or WITH)",
+                ReasonCode.QUERY_NOT_A_QUERY,
+            ) from exc
+        raise QueryRejected(f"query {source.name!r} does not analyse: {first_line(exc)}") from exc
+    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
+    kinds = []
+    for name in _STATEMENTS:
+        try:
+            kinds.append(jvm.java.lang.Class.forName(name, False, loader))
+        except (Py4JJavaError, PySparkException):  # not in this Spark version
+            continue
+    pending = [plan]
+    while pending:
+        node = pending.pop()
+        if any(kind.isInstance(node) for kind in kinds):
+            statement = str(node.nodeName())
+            raise QueryRejected(
+                f"query {source.name!r} is a {statement} statement, not a query; submit one query (a SELECT or WITH) "
+                "over the view events",
+                ReasonCode.QUERY_NOT_A_QUERY,
+            )
+        children = node.children()
+        pending.extend(children.apply(i) for i in range(children.size()))
+
+
+def _parses(parser: Any, text: str) -> bool:
+    try:
+        parser.parsePlan(text)
+    except (Py4JJavaError, PySparkException):
+        return False
+    return True
 
 
 def _load_python(source: QuerySource) -> Callable[[DataFrame], object]:

@@ -502,3 +502,34 @@ def test_a_python_query_is_applied_once(spark: SparkSession, events: DataFrame, 
     source = QuerySource(name="counted", kind=QueryKind.PYTHON, text=counting)
     assert validate(spark, events, source).window_ms == 30_000
     assert calls.read_text() == "c"
+
+
+# -- only queries: statements are parsed, refused and never run ----------------------------------------
+NOT_QUERIES = [
+    pytest.param("SET spark.sql.shuffle.partitions = 7", "SetCommand", id="set"),
+    pytest.param("CREATE TEMP VIEW sneaky AS SELECT * FROM events", "CreateViewStatement", id="create-temp-view"),
+    pytest.param("ADD JAR /tmp/hotswap-not-there.jar", "AddJarsCommand", id="add-jar"),
+    pytest.param("CREATE TEMPORARY FUNCTION sneaky AS 'java.lang.String'", "CreateFunction", id="create-function"),
+    pytest.param("INSERT OVERWRITE DIRECTORY '{out}' USING json SELECT 1 AS x", "InsertIntoDir", id="insert-directory"),
+    pytest.param("SELECT 1 AS x; SELECT 2 AS y", "several statements", id="two-statements"),
+]
+
+
+@pytest.mark.parametrize(("text", "named"), NOT_QUERIES)
+def test_a_statement_that_is_not_a_query_is_refused_and_leaves_no_trace(
+    spark: SparkSession, events: DataFrame, tmp_path: Path, text: str, named: str
+) -> None:
+    out = tmp_path / "written"
+    shuffle = spark.conf.get("spark.sql.shuffle.partitions")
+    with pytest.raises(QueryRejected) as refused:
+        validate(spark, events, sql(text.format(out=out)))
+    assert refused.value.reason_code == "query_not_a_query"
+    message = str(refused.value)
+    assert "\n" not in message
+    # The statement's kind is named (Catalyst's name for it, which may vary by Spark version).
+    assert named.split("Statement")[0].split("Command")[0].lower() in message.lower(), message
+    # Nothing ran: no view, no function, no setting, no file.
+    assert not spark.catalog.tableExists("sneaky")
+    assert not spark.catalog.functionExists("sneaky")
+    assert spark.conf.get("spark.sql.shuffle.partitions") == shuffle
+    assert not out.exists()
