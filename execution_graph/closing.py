@@ -40,7 +40,7 @@ from hotswap.contract.source import EVENT_TIME_COLUMN
 from hotswap.contract.windows import GRAPH_WATERMARK_DELAY_MS, Windowing
 from hotswap.execution_graph.checkpoint import CheckpointDir
 from hotswap.execution_graph.errors import GraphStateLost
-from hotswap.execution_graph.events import parsed_events, routed_rows, version_reads
+from hotswap.execution_graph.events import ROUTE, parsed_events, routed_rows, version_reads
 from hotswap.execution_graph.user_query import QueryFunction
 
 log = structlog.get_logger(__name__)
@@ -163,10 +163,6 @@ def _needed(bucket: int, after: int | None, through: int | None, windowing: Wind
     return after is None or bucket + windowing.size_ms > after
 
 
-def bucket_of(event_time_ms: int, windowing: Windowing) -> int:
-    return event_time_ms - event_time_ms % windowing.slide_ms
-
-
 # -- the Spark side --------------------------------------------------------------------------------
 class WindowCloser:
     """The foreachBatch function of a closing graph's stream (see the module's docstring)."""
@@ -226,11 +222,7 @@ class WindowCloser:
         one small aggregation over the batch's route headers (the values are never decoded)."""
         slide = self._windowing.slide_ms
         rows = (
-            batch.selectExpr(
-                "partition",
-                "offset",
-                "split(CAST(try_element_at(headers, 1).value AS STRING), ',') AS route",
-            )
+            batch.selectExpr("partition", "offset", f"{ROUTE} AS route")
             .selectExpr("partition", "offset", "route[0] AS kind", "try_cast(route[3] AS BIGINT) AS t")
             .groupBy(
                 "partition",

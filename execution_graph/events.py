@@ -43,6 +43,11 @@ KAFKA_RECORD = T.StructType(
 )
 
 
+# The route header's five fields, as an array of strings (contract/envelope.py): the only header a
+# graph row carries, so the first.
+ROUTE = "split(CAST(try_element_at(headers, 1).value AS STRING), ',')"
+
+
 def version_reads(record: GraphRecord) -> SourceSpec:
     """How the graph's version reads the source (a record from before schemas: the demo format)."""
     return record.reads or LEGACY_SOURCE
@@ -74,8 +79,7 @@ def routed_rows(raw: DataFrame) -> DataFrame:
     """Graph-topic records with the service graph's route header (contract/envelope.py) spread into
     columns: kind, source partition and offset, event time, source record timestamp; and the
     record's own key and value. The route header is the only header a graph row carries."""
-    route = "split(CAST(try_element_at(headers, 1).value AS STRING), ',')"
-    return raw.selectExpr(f"{route} AS route", "key", "value").selectExpr(
+    return raw.selectExpr(f"{ROUTE} AS route", "key", "value").selectExpr(
         "route[0] AS kind",
         "try_cast(route[1] AS INT) AS _hotswap_partition",
         "try_cast(route[2] AS BIGINT) AS _hotswap_offset",

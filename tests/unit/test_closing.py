@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hotswap.contract.windows import Windowing
-from hotswap.execution_graph.closing import ClosingState, PartitionRead, advance, bucket_of
+from hotswap.execution_graph.closing import ClosingState, PartitionRead, advance
 
 TUMBLING = Windowing(10_000, 10_000)
 SLIDING = Windowing(30_000, 10_000)
@@ -113,8 +113,3 @@ def test_the_state_survives_its_file() -> None:
         windowing=TUMBLING,
     )
     assert ClosingState.from_json(state.to_json()) == state
-
-
-def test_buckets_follow_the_slide() -> None:
-    assert bucket_of(25_123, TUMBLING) == 20_000
-    assert bucket_of(25_123, Windowing(30_000, 5_000)) == 25_000
