@@ -170,6 +170,14 @@ class Settings(BaseSettings):
             raise ValueError(f"{value!r} is not a Spark Connect URL (sc://host:port)")
         return value
 
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, value: SecretStr | None) -> SecretStr | None:
+        # redis-py raises a ValueError deep in a connection for any other scheme; say it here, in one line.
+        if value is not None and not value.get_secret_value().startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("a Redis URL starts with redis://, rediss:// (TLS) or unix://, e.g. redis://host:6379/0")
+        return value
+
     @field_validator("window")
     @classmethod
     def _window(cls, value: Duration) -> Duration:

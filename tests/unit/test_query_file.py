@@ -34,3 +34,21 @@ def test_a_query_file_at_the_limit_is_read(tmp_path: Path) -> None:
     path.write_text(text)
     source = load_query_source(path)
     assert (source.kind, source.text) == (QueryKind.SQL, text)
+
+
+@pytest.mark.parametrize("name", ["a b", "naïve", "x" * 101, "semi;colon"])
+def test_a_query_name_that_cannot_name_a_topic_is_refused_in_one_line(tmp_path: Path, name: str) -> None:
+    path = tmp_path / "count.sql"
+    path.write_text("SELECT 1")
+    with pytest.raises(QueryRejected) as refused:
+        load_query_source(path, name)
+    assert str(refused.value).startswith(f"query name {name!r} (from --name) may hold only letters")
+
+
+def test_a_file_name_that_cannot_name_a_topic_asks_for_a_name(tmp_path: Path) -> None:
+    path = tmp_path / "my query.sql"
+    path.write_text("SELECT 1")
+    with pytest.raises(QueryRejected) as refused:
+        load_query_source(path)
+    assert "(from the file name)" in str(refused.value)
+    assert load_query_source(path, "my_query").name == "my_query"

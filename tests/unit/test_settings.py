@@ -139,3 +139,12 @@ def test_the_wait_for_a_cut_is_cut_timeout_and_drain_timeout_still_reads_as_it(
     assert deprecated_names() == ["HOTSWAP_DRAIN_TIMEOUT is deprecated; use HOTSWAP_CUT_TIMEOUT"]
     monkeypatch.setenv("HOTSWAP_CUT_TIMEOUT", "60s")
     assert Settings().cut_timeout.ms == 60_000  # the new name wins
+
+
+def test_a_redis_url_without_a_scheme_is_refused_in_one_line_without_echoing_it() -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_settings(redis_url="user:secret@host:6379/0")
+    message = str(refused.value)
+    assert "a Redis URL starts with redis://, rediss:// (TLS) or unix://" in message
+    assert "secret" not in message
+    assert "\n" not in message
