@@ -5,11 +5,21 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -17,7 +27,7 @@ from pydantic_settings import (
 
 from hotswap.contract.durations import Duration, OffOrDuration
 from hotswap.contract.errors import ConfigError
-from hotswap.contract.models import GraphEngine
+from hotswap.contract.models import GraphEngine, QueryKind
 from hotswap.contract.names import Names
 from hotswap.contract.source import (
     DEFAULT_EVENT_TIME,
@@ -29,6 +39,17 @@ from hotswap.contract.source import (
 )
 
 DEFAULT_CONFIG_FILE = Path("hotswap.toml")
+
+
+class StaticTable(BaseModel):
+    """A table submitted queries may read besides `events`, for lookups: files Spark reads as `format`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str
+    format: Literal["parquet", "json", "csv", "orc", "avro", "text"] = "parquet"
+
+
 DEPRECATED = {"drain_timeout": "cut_timeout"}  # old name -> new name, still read
 
 
@@ -114,7 +135,18 @@ class Settings(BaseSettings):
     graph_partitions: int | None = Field(default=None, ge=1, le=1024)
     keep_retired_topics: bool = False
 
+    # -- What a submitted query may do (README, "Security") -----------------------------------
+    # The kinds of query file accepted: "sql", or "sql,python". A .py query runs as code with the
+    # executor's rights, so it is refused unless the operator allows it here.
+    query_kinds: Annotated[frozenset[QueryKind], NoDecode] = frozenset({QueryKind.SQL})
+    # Tables a query may read besides `events`, by the name it reads them under (a JSON object in
+    # HOTSWAP_STATIC_TABLES: {"countries": {"path": "/data/countries", "format": "parquet"}}).
+    static_tables: dict[str, StaticTable] = Field(default_factory=dict)
+
     # Bounded waits.
+    # How long the analysis of a submitted query (or of a dry run) may take before the query is
+    # rejected (validation_timeout); its thread is abandoned, as Spark's analysis cannot be cancelled.
+    validation_timeout: Duration = Duration(120_000, "120s")
     deploy_timeout: Duration = Duration(120_000, "120s")
     # How long a deployed swap waits for its cut. HOTSWAP_DRAIN_TIMEOUT (and drain_timeout in TOML),
     # its name before 0.2, still works and is deprecated: it never bounded the drain.
@@ -162,12 +194,30 @@ class Settings(BaseSettings):
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     # Loopback by default: the page shows query texts. 0.0.0.0 serves every interface.
     metrics_host: str = "127.0.0.1"
+    # The token the dashboard and /api/status want when metrics_host is not loopback (None: one is
+    # generated at start and printed once). /metrics and /healthz stay open.
+    metrics_token: SecretStr | None = None
 
     @field_validator("spark_remote")
     @classmethod
     def _connect_url(cls, value: str | None) -> str | None:
         if value is not None and not value.startswith("sc://"):
             raise ValueError(f"{value!r} is not a Spark Connect URL (sc://host:port)")
+        return value
+
+    @field_validator("query_kinds", mode="before")
+    @classmethod
+    def _query_kinds(cls, value: object) -> object:
+        if isinstance(value, str):  # "sql,python", from the environment or the CLI
+            return frozenset(part.strip().lower() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("static_tables")
+    @classmethod
+    def _static_table_names(cls, value: dict[str, StaticTable]) -> dict[str, StaticTable]:
+        for name in value:
+            if not name.isidentifier() or name.lower() == "events":
+                raise ValueError(f"static table name {name!r} must be a SQL identifier other than events")
         return value
 
     @field_validator("redis_url")
@@ -305,13 +355,20 @@ class Settings(BaseSettings):
                 if self.kafka_sasl_mechanism.upper().startswith("SCRAM")
                 else "org.apache.kafka.common.security.plain.PlainLoginModule"
             )
+            username = self.kafka_sasl_username or ""
             options["kafka.sasl.jaas.config"] = (
-                f'{module} required username="{self.kafka_sasl_username}" password="{password}";'
+                f'{module} required username="{_jaas_quoted(username)}" password="{_jaas_quoted(password)}";'
             )
         if self.kafka_ssl_cafile:
             options["kafka.ssl.truststore.type"] = "PEM"
             options["kafka.ssl.truststore.location"] = str(self.kafka_ssl_cafile)
         return options
+
+
+def _jaas_quoted(value: str) -> str:
+    """A value for a double-quoted JAAS option: Kafka's parser (a Java StreamTokenizer) reads a
+    backslash as an escape, so a `"` or `\\` in a password must be escaped, or the line breaks."""
+    return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def deprecated_names() -> list[str]:

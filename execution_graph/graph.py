@@ -34,6 +34,7 @@ from hotswap.contract.settings import Settings
 from hotswap.contract.source import SourceSpec
 from hotswap.execution_graph.checkpoint import CheckpointDir
 from hotswap.execution_graph.closing import WindowCloser, closing_state
+from hotswap.execution_graph.confinement import isolated_session
 from hotswap.execution_graph.errors import GraphStartFailed
 from hotswap.execution_graph.events import batch_events, events_stream, graph_topic_stream, version_reads
 from hotswap.execution_graph.user_query import apply_query, first_line, prepare_query
@@ -108,24 +109,27 @@ class GraphRunner:
     def _start(self, record: GraphRecord, writer: BatchWriter) -> StreamingQuery:
         checkpoint = self._settings.names.graph_checkpoint(record.query_id)
         claim_checkpoint(checkpoint, record)
+        # The graph's own session: the user's text never runs on the executor's (confinement.py).
+        session = isolated_session(self._spark, self._settings.static_tables)
+        tables = tuple(self._settings.static_tables)
         if record.engine is GraphEngine.CLOSING:
-            compute = prepare_query(record.source)
+            compute = prepare_query(record.source, tables)
             # Applied once now, to an empty batch: a query that no longer analyses fails its start, as a
             # stateful graph's does; then once for each batch that closes windows.
-            compute(batch_events(self._spark, self.reads(record)))
+            compute(batch_events(session, self.reads(record)))
             files = CheckpointDir(self._spark, str(checkpoint))
             closer = WindowCloser(self._settings, record, compute, writer, files)
             with self._lock:
                 self._closers[record.query_id] = closer
             stream = (
-                graph_topic_stream(self._spark, self._settings, record.topic)
+                graph_topic_stream(session, self._settings, record.topic)
                 .writeStream.queryName(self._settings.names.graph_query(record.query_id))
                 .option("checkpointLocation", str(checkpoint))
                 .foreachBatch(closer)
             )
         else:
-            events = events_stream(self._spark, self._settings, record.topic, self.reads(record), record.reads_from)
-            output = apply_query(events, record.source)
+            events = events_stream(session, self._settings, record.topic, self.reads(record), record.reads_from)
+            output = apply_query(events, record.source, tables)
             stream = (
                 output.writeStream.queryName(self._settings.names.graph_query(record.query_id))
                 .outputMode("append")

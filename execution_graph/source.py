@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from hotswap.contract.models import QueryKind, QuerySource
+from hotswap.contract.reasons import ReasonCode
 from hotswap.execution_graph.errors import QueryRejected
 
 # A query is text a person wrote; anything larger is refused before it reaches Redis.
@@ -40,7 +41,8 @@ def load_query_source(path: Path, name: str | None = None) -> QuerySource:
     size = path.stat().st_size
     if size > MAX_QUERY_BYTES:
         raise QueryRejected(
-            f"query file {path} has {size:,} bytes; a query file may have at most {MAX_QUERY_BYTES:,} (256 KiB)"
+            f"query file {path} has {size:,} bytes; a query file may have at most {MAX_QUERY_BYTES:,} (256 KiB)",
+            ReasonCode.QUERY_TOO_LARGE,
         )
     try:
         text = path.read_bytes().decode("utf-8")

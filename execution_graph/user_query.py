@@ -3,24 +3,25 @@
 A query is either a `.sql` file over the view `events` (every top-level column of the schema its
 version reads, plus `event_time`, `_kafka_key` and `_kafka_timestamp`; README, "Your own topic") or
 a `.py` file that defines `query(events: DataFrame) -> DataFrame`, given the same DataFrame. Python
-queries run as code with the executor's rights; SQL is the form to accept from untrusted submitters.
+queries run as code with the executor's rights, only where the operator allows them (`query_kinds`);
+SQL is the form to accept from untrusted submitters. Both are confined to their input
+(execution_graph.confinement).
 """
 
 from __future__ import annotations
 
 import threading
 import types
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Collection
 
 import structlog
-from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 
 from hotswap.contract.causes import full_trace, root_cause
 from hotswap.contract.models import QueryKind, QuerySource
 from hotswap.contract.reasons import ReasonCode
+from hotswap.execution_graph.confinement import check_plan, check_text
 from hotswap.execution_graph.errors import QueryRejected
 
 EVENTS_VIEW = "events"
@@ -37,27 +38,42 @@ log = structlog.get_logger(__name__)
 QueryFunction = Callable[[DataFrame], DataFrame]
 
 
-def apply_query(events: DataFrame, source: QuerySource) -> DataFrame:
-    """The user's output DataFrame over `events`; raises QueryRejected with a one-line reason."""
-    return prepare_query(source)(events)
+def apply_query(events: DataFrame, source: QuerySource, tables: Collection[str] = ()) -> DataFrame:
+    """The user's output DataFrame over `events`, confined (execution_graph.confinement) to `events`
+    and the static `tables` of its session; raises QueryRejected with a one-line reason."""
+    return prepare_query(source, tables)(events)
 
 
-def prepare_query(source: QuerySource) -> QueryFunction:
+def prepare_query(source: QuerySource, tables: Collection[str] = ()) -> QueryFunction:
     """The user's query as a function of `events`, for a graph that applies it again to each batch
     of rows (a closing graph): a `.py` file's module is loaded once, here; its `query` function,
     or the SQL text's analysis, runs at each call. Each call raises QueryRejected with a one-line
-    reason."""
+    reason. The first call's plan is checked for what it reads and calls (`check_plan`): the same
+    text makes the same plan, and a `.py` query is code the operator chose to trust."""
     if source.kind is QueryKind.SQL:
-        return lambda events: _apply_sql(events, source)
-    function = _load_python(source)
-    return lambda events: _call_python(function, events, source)
+        apply: QueryFunction = lambda events: _apply_sql(events, source)  # noqa: E731
+    else:
+        function = _load_python(source)
+        apply = lambda events: _call_python(function, events, source)  # noqa: E731
+    checked = threading.Event()
+
+    def confined(events: DataFrame) -> DataFrame:
+        output = apply(events)
+        if not checked.is_set():
+            session = events.sparkSession
+            check_plan(source, output, [events, *(session.table(name) for name in tables)])
+            checked.set()
+        return output
+
+    return confined
 
 
 def _apply_sql(events: DataFrame, source: QuerySource) -> DataFrame:
     # On `events`' own session, where its view is: a closing graph's batches come with the streaming
-    # query's session, not the one the graph was started from.
+    # query's session, not the one the graph was started from. That session is the graph's own
+    # (confinement.isolated_session), never the executor's.
     spark = events.sparkSession
-    check_is_query(spark, source)
+    check_text(spark, source)
     with _view_lock:
         events.createOrReplaceTempView(EVENTS_VIEW)
         try:
@@ -65,61 +81,6 @@ def _apply_sql(events: DataFrame, source: QuerySource) -> DataFrame:
         except PySparkException as exc:
             missing = _missing_column(exc, events, source)
             raise QueryRejected(missing or f"query {source.name!r} does not analyse: {first_line(exc)}") from exc
-
-
-# Parsed plans that do something instead of answering a query: every command (SET, CREATE ..., ADD
-# JAR, CACHE, DROP, ...) and the inserts, which are not commands in Catalyst's class tree.
-_STATEMENTS = (
-    "org.apache.spark.sql.catalyst.plans.logical.Command",
-    "org.apache.spark.sql.catalyst.plans.logical.InsertIntoDir",
-    "org.apache.spark.sql.catalyst.plans.logical.InsertIntoStatement",
-)
-
-
-def check_is_query(spark: SparkSession, source: QuerySource) -> None:
-    """Refuse SQL text that is anything but one query (a SELECT, a WITH, set operations over them),
-    from its parsed plan alone: parsing runs nothing, so a refused statement leaves no trace.
-    Raises QueryRejected (`query_not_a_query`) naming the statement."""
-    text = source.text.strip().rstrip(";").strip()
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    parser = spark._jsparkSession.sessionState().sqlParser()
-    try:
-        plan = parser.parsePlan(text)
-    except (Py4JJavaError, PySparkException) as exc:
-        if ";" in text and _parses(parser, text.split(";", 1)[0]):
-            raise QueryRejected(
-                f"query {source.name!r} holds several statements; submit one query (a SELECT or WITH)",
-                ReasonCode.QUERY_NOT_A_QUERY,
-            ) from exc
-        raise QueryRejected(f"query {source.name!r} does not analyse: {first_line(exc)}") from exc
-    loader = jvm.java.lang.Thread.currentThread().getContextClassLoader()
-    kinds = []
-    for name in _STATEMENTS:
-        try:
-            kinds.append(jvm.java.lang.Class.forName(name, False, loader))
-        except (Py4JJavaError, PySparkException):  # not in this Spark version
-            continue
-    pending = [plan]
-    while pending:
-        node = pending.pop()
-        if any(kind.isInstance(node) for kind in kinds):
-            statement = str(node.nodeName())
-            raise QueryRejected(
-                f"query {source.name!r} is a {statement} statement, not a query; submit one query (a SELECT or WITH) "
-                "over the view events",
-                ReasonCode.QUERY_NOT_A_QUERY,
-            )
-        children = node.children()
-        pending.extend(children.apply(i) for i in range(children.size()))
-
-
-def _parses(parser: Any, text: str) -> bool:
-    try:
-        parser.parsePlan(text)
-    except (Py4JJavaError, PySparkException):
-        return False
-    return True
 
 
 def _load_python(source: QuerySource) -> Callable[[DataFrame], object]:

@@ -17,6 +17,7 @@ its analysed logical plan is read, through py4j, for what a swap needs to know:
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from py4j.protocol import Py4JJavaError
@@ -63,12 +64,14 @@ def validate_query(
     source: QuerySource,
     events: DataFrame,
     running_grid_ms: int | None,
+    tables: Collection[str] = (),
 ) -> QueryShape:
     """Raises QueryRejected with a one-line reason, or returns the query's shape. `events`: a stream
     for a stateful graph (Spark's streaming rules apply), a batch for a closing graph (any batch
     query over a window's rows: distinct counts, exact percentiles, ranking). `running_grid_ms`:
-    the spacing of the running query's window ends (its slide; its size when tumbling)."""
-    output = apply_query(events, source)
+    the spacing of the running query's window ends (its slide; its size when tumbling). `tables`: the
+    static tables of `events`' session the query may read besides `events`."""
+    output = apply_query(events, source, tables)
     _check_columns(source, output)
     if events.isStreaming:
         _check_streaming(spark, source, output)

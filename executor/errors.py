@@ -24,6 +24,10 @@ class SubmitRejected(ExecutorError):
         self.reason_code = reason_code
 
 
+class Interrupted(ExecutorError):
+    """The operator pressed Ctrl-C while a command waited; the message says what was left behind."""
+
+
 class SwapFailed(ExecutorError):
     """A swap ended other than completed (failed, aborted) or was stranded."""
 

@@ -101,14 +101,23 @@ class Analysis:
     swap_id: str
     basis: Basis
     future: Future[Analysed]
+    started_s: float  # on the admission's clock
 
 
 class Admission:
-    def __init__(self, settings: Settings, journal: Journal, graphs: Graphs, worker: Worker = on_own_thread) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        journal: Journal,
+        graphs: Graphs,
+        worker: Worker = on_own_thread,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._settings = settings
         self._journal = journal
         self._graphs = graphs
         self._worker = worker  # where analyses run (tests may run them at once, on the caller's thread)
+        self._clock = clock
         self._analysis: Analysis | None = None
 
     def admit_submitted(self) -> list[SwapRecord]:
@@ -147,7 +156,23 @@ class Admission:
             if analysis is None:
                 analysis = self._analysis = self._start(swap, swap.source, self._basis(swap, swaps))
             if not analysis.future.done():
-                return None
+                if analysis.swap_id != swap.id or analysis.basis != self._basis(swap, swaps):
+                    # Of a swap aborted meanwhile, or against a query that changed: abandoned now, so
+                    # an analysis that never ends cannot hold up the queue.
+                    self._analysis = None
+                    log.info(
+                        "validation abandoned: its swap or the query it replaces changed", swap_id=analysis.swap_id
+                    )
+                    continue
+                waited = self._clock() - analysis.started_s
+                if waited <= self._settings.validation_timeout.s:
+                    return None
+                self._analysis = None  # its thread is abandoned: Spark's analysis cannot be cancelled
+                reason = (
+                    f"query {swap.source.name!r} was not validated within {self._settings.validation_timeout} "
+                    "(validation_timeout): its analysis (or its Python code) does not end; nothing changed"
+                )
+                return self._reject(swap, reason, ReasonCode.VALIDATION_TIMEOUT, waited) or self._journal.get(swap.id)
             # Checked again now: the swap before it may have been aborted, or failed, meanwhile.
             if analysis.swap_id == swap.id and analysis.basis == self._basis(swap, swaps):
                 decided = self._decide(swap, swaps, analysis)
@@ -161,12 +186,11 @@ class Admission:
             )
 
     def _drop_stale(self) -> None:
-        """No swap is submitted: an analysis left is of a swap aborted meanwhile; dropped once done
-        (until then, no other analysis starts: one at a time)."""
-        analysis = self._analysis
-        if analysis is not None and analysis.future.done():
-            self._analysis = None
-            log.info("validation result dropped: its swap is no longer submitted", swap_id=analysis.swap_id)
+        """No swap is submitted: an analysis left is of a swap aborted meanwhile; dropped, done or not
+        (a thread still analysing is abandoned)."""
+        analysis, self._analysis = self._analysis, None
+        if analysis is not None:
+            log.info("validation dropped: its swap is no longer submitted", swap_id=analysis.swap_id)
 
     def _start(self, swap: SwapRecord, source: QuerySource, basis: Basis) -> Analysis:
         graphs = self._graphs
@@ -182,7 +206,7 @@ class Admission:
             return Analysed(reads, shape, None, time.monotonic() - began)
 
         log.debug("validation started", swap_id=swap.id, against=basis.query_id)
-        return Analysis(swap.id, basis, self._worker(analyse, f"hotswap-validate-{swap.id}"))
+        return Analysis(swap.id, basis, self._worker(analyse, f"hotswap-validate-{swap.id}"), self._clock())
 
     def _basis(self, swap: SwapRecord, swaps: list[SwapRecord]) -> Basis:
         from_query, grid_ms = self._predecessor(swap, swaps)
@@ -227,12 +251,10 @@ class Admission:
             return self._reject(swap, str(exc), exc.reason_code, seconds)
         if isinstance(exc, HotswapError):
             return self._reject(swap, str(exc), ReasonCode.QUERY_INVALID, seconds)
-        if isinstance(exc, Exception):  # validation runs user code; nothing in it may stop the executor
+        if exc is not None:  # validation runs user code: nothing it raises, sys.exit() included, stops the executor
             reason = f"query {swap.source.name!r} could not be validated: {type(exc).__name__}: {first_line(exc)}"
             bound.warning("validation raised", reason=reason)
             return self._reject(swap, reason, ReasonCode.QUERY_RAISED, seconds)
-        if exc is not None:
-            raise exc  # not an Exception (a SystemExit, say): it stops the executor, as it would on the loop
         reads, shape = analysed.reads, analysed.shape
         assert reads is not None
         assert shape is not None

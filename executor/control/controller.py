@@ -10,6 +10,7 @@ import time
 import redis
 import structlog
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 from hotswap.contract.errors import ConfigError, ControlStateLost, HotswapError, LeaseLost
 from hotswap.contract.fence import Fence, fenced_write
@@ -75,6 +76,11 @@ class Executor:
         self.dry_runs = DryRuns(settings, spark, client, self.graphs)  # `submit --dry-run`: answered, never recorded
         self._phase = ExecutorPhase.STOPPED
         self.ready = threading.Event()
+
+    def spark_queries(self) -> list[StreamingQuery]:
+        """The service graph's and the execution graphs' Spark queries, live or dead."""
+        service = [self.service.query] if self.service.query is not None else []
+        return service + list(self.graphs.runner.running().values())
 
     def run(self, initial: QuerySource | None, stop: threading.Event) -> None:
         """Run until `stop` is set; returns after stopping every query this executor started."""

@@ -2,11 +2,17 @@
 and say what a submit would do now, changing nothing.
 
 The CLI leaves a request in Redis (contract.plans); the executor's loop takes it, validates the
-query on a stream that is never started (as admission does), and writes the plan back with a
-time-to-live. Nothing else is written: no journal entry, no graph record, no topic.
+query on a worker thread (as admission does: the loop never waits for it, and validation_timeout
+bounds it), and writes the plan back with a time-to-live. Nothing else is written: no journal
+entry, no graph record, no topic.
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from functools import partial
 
 import redis
 import structlog
@@ -25,6 +31,7 @@ from hotswap.contract.windows import Windowing, cut_boundary
 from hotswap.execution_graph.errors import QueryRejected
 from hotswap.execution_graph.graph import GraphRunner, events_stream
 from hotswap.execution_graph.user_query import first_line
+from hotswap.executor.control.admission import on_own_thread
 from hotswap.executor.control.graphs import Graphs
 
 log = structlog.get_logger(__name__)
@@ -56,30 +63,76 @@ def predecessor(
 
 
 class DryRuns:
-    def __init__(self, settings: Settings, spark: SparkSession, client: redis.Redis, graphs: Graphs) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        spark: SparkSession,
+        client: redis.Redis,
+        graphs: Graphs,
+        worker: Callable[[Callable[[], DryRunPlan], str], Future[DryRunPlan]] = on_own_thread,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._settings = settings
         self._spark = spark
         self._redis = client
         self._graphs = graphs
         self._keys = Keys(settings.namespace)
+        self._worker = worker
+        self._clock = clock
+        self._pending: tuple[DryRunRequest, Future[DryRunPlan], float] | None = None  # the analysis in progress
 
     def answer_pending(self) -> None:
-        """Answer up to ANSWERED_PER_TICK waiting requests."""
+        """Start the analysis of the next waiting request on a worker thread, and answer those that
+        are done (up to ANSWERED_PER_TICK); never waits. An analysis past validation_timeout is
+        answered as such, and its thread abandoned: a `.py` query that sleeps cannot hold the loop."""
         for _ in range(ANSWERED_PER_TICK):
+            if self._pending is None:
+                request = self._next_request()
+                if request is None:
+                    return
+                work = self._worker(partial(self.plan, request), f"hotswap-dry-run-{request.id}")
+                self._pending = (request, work, self._clock())
+            request, work, started = self._pending
+            if work.done():
+                plan = self._outcome(request, work)
+            elif self._clock() - started > self._settings.validation_timeout.s:
+                plan = self._refused(
+                    request,
+                    f"query {request.source.name!r} was not validated within {self._settings.validation_timeout} "
+                    "(validation_timeout): its analysis (or its Python code) does not end",
+                    ReasonCode.VALIDATION_TIMEOUT,
+                )
+            else:
+                return
+            self._pending = None
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.set(self._keys.dry_run_plan(request.id), plan.model_dump_json(), ex=DRY_RUN_TTL_S)
+            pipe.delete(self._keys.dry_run(request.id))
+            pipe.execute()
+            log.info("dry run answered", request_id=request.id, query=request.source.name, valid=plan.valid)
+
+    def _next_request(self) -> DryRunRequest | None:
+        while True:
             raw_id = self._redis.rpop(self._keys.dry_runs)
             if raw_id is None:
-                return
+                return None
             request_id = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
             raw = self._redis.get(self._keys.dry_run(request_id))
-            if raw is None:
-                continue  # expired: nobody waits for it any more
-            request = DryRunRequest.model_validate_json(raw)
-            plan = self.plan(request)
-            pipe = self._redis.pipeline(transaction=True)
-            pipe.set(self._keys.dry_run_plan(request_id), plan.model_dump_json(), ex=DRY_RUN_TTL_S)
-            pipe.delete(self._keys.dry_run(request_id))
-            pipe.execute()
-            log.info("dry run answered", request_id=request_id, query=request.source.name, valid=plan.valid)
+            if raw is not None:  # else expired: nobody waits for it any more
+                return DryRunRequest.model_validate_json(raw)
+
+    def _outcome(self, request: DryRunRequest, work: Future[DryRunPlan]) -> DryRunPlan:
+        try:
+            return work.result()
+        except BaseException as exc:  # noqa: BLE001 - user code (sys.exit() too) must not stop the executor
+            reason = f"query {request.source.name!r} could not be validated: {type(exc).__name__}: {first_line(exc)}"
+            return self._refused(request, reason, ReasonCode.QUERY_RAISED)
+
+    @staticmethod
+    def _refused(request: DryRunRequest, reason: str, code: ReasonCode) -> DryRunPlan:
+        return DryRunPlan(
+            request_id=request.id, query=request.source.name, valid=False, reason=reason, reason_code=code
+        )
 
     def plan(self, request: DryRunRequest) -> DryRunPlan:
         swaps = Journal(self._redis, self._keys).all()

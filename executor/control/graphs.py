@@ -24,6 +24,7 @@ from hotswap.contract.ownership import OwnershipReader
 from hotswap.contract.records import read_current, read_graphs, read_graphs_named
 from hotswap.contract.settings import Settings
 from hotswap.contract.source import LEGACY_SOURCE, SourceFormat, SourceSpec
+from hotswap.execution_graph.confinement import check_kind, check_size, isolated_session
 from hotswap.execution_graph.errors import QueryRejected
 from hotswap.execution_graph.events import batch_events
 from hotswap.execution_graph.graph import GraphRunner, events_stream
@@ -109,10 +110,16 @@ class Graphs:
         graph deployed now would run it: over a stream of a topic that is never started (stateful),
         or over an empty batch (closing), so nothing is read. `running_window_ms`: the spacing of
         the running query's window ends (its slide; its size when tumbling)."""
-        if self._settings.graph_engine is GraphEngine.CLOSING:
-            return validate_query(self._spark, source, batch_events(self._spark, reads), running_window_ms)
-        stream = events_stream(self._spark, self._settings, self._settings.names.graph_topic("validation"), reads)
-        return validate_query(self._spark, source, stream, running_window_ms)
+        settings = self._settings
+        check_size(source)
+        check_kind(source, settings.query_kinds)
+        # A session of its own: whatever the text is, it never touches the executor's session.
+        session = isolated_session(self._spark, settings.static_tables)
+        tables = tuple(settings.static_tables)
+        if settings.graph_engine is GraphEngine.CLOSING:
+            return validate_query(session, source, batch_events(session, reads), running_window_ms, tables)
+        stream = events_stream(session, settings, settings.names.graph_topic("validation"), reads)
+        return validate_query(session, source, stream, running_window_ms, tables)
 
     def version_reads(self, source: QuerySource, predecessor: SourceSpec) -> SourceSpec:
         """How a submitted query version reads the source: with the schema it declares (checked

@@ -45,6 +45,9 @@ _DEFAULT_CONF = {
     "spark.sql.sources.useV1SourceList": "avro,csv,json,orc,parquet,text",
     # hotswap needs neither pandas nor pyarrow; plain Python UDFs (in user .py queries) stay plain.
     "spark.sql.execution.pythonUDF.arrow.enabled": "false",
+    # A submitted query reads no file by naming it (SELECT ... FROM text.`/etc/passwd`): it reads its
+    # events and the operator's static tables (execution_graph/confinement.py).
+    "spark.sql.runSQLOnFiles": "false",
 }
 # A larger thread stack: Spark matches long Python tracebacks (a foreachBatch interrupted by
 # stop()) with a recursive regex that overflows the default 1 MB stack. The log4j2 configuration

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import redis
 import structlog
 
+from hotswap.contract.errors import HotswapError
 from hotswap.contract.faults import crash_point
 from hotswap.contract.fence import Fence
 from hotswap.contract.journal import Also, Journal, SwapPhase, SwapRecord, active_swap
@@ -75,7 +76,7 @@ class SwapProtocol:
         self._keys = Keys(settings.namespace)
         self._journal = Journal(client, self._keys, fence)
         self._graphs = graphs
-        self._admission = Admission(settings, self._journal, graphs, worker)
+        self._admission = Admission(settings, self._journal, graphs, worker, clock)
         self._progress = progress
         self._deploy_began: dict[str, float] = {}
         self._cut_awaited: dict[str, float] = {}
@@ -243,9 +244,18 @@ class SwapProtocol:
         return changes, graph
 
     # -- deploying: the new graph starts ----------------------------------------------------
-    def _begin(self, swap: SwapRecord, graph: GraphRecord) -> None:
+    def _begin(self, swap: SwapRecord, graph: GraphRecord) -> bool:
+        """Create the graph's topic and start its query; a refusal (a topic Kafka will not create:
+        a quota, an ACL, a policy) fails the swap at once, as nothing was started and trying again on
+        every tick would only repeat it. Returns whether the graph is starting."""
         self._deploy_began[swap.id] = self._clock()
-        self._graphs.begin(graph)
+        try:
+            self._graphs.begin(graph)
+        except HotswapError as exc:
+            self._deploy_began.pop(swap.id, None)
+            self._fail(swap, f"{exc}; the old query keeps serving", ReasonCode.DEPLOY_FAILED)
+            return False
+        return True
 
     def _await_start(self, swap: SwapRecord, swaps: list[SwapRecord]) -> None:
         if swap.to_query not in self._graphs.runner.known():
@@ -256,7 +266,8 @@ class SwapProtocol:
                     swap, f"graph {swap.to_query} has no record; resubmit the query", ReasonCode.GRAPH_NOT_RECORDED
                 )
                 return
-            self._begin(swap, graph)
+            if not self._begin(swap, graph):
+                return
         began = self._deploy_began.setdefault(swap.id, self._clock())
         try:
             ready = self._graphs.ready(swap.to_query)

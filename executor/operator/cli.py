@@ -24,7 +24,8 @@ from hotswap.executor.operator.stack_cli import stack_app
 E = TypeVar("E", bound=StrEnum)
 EXIT_CODES = (
     "Exit codes: 0 success; 1 a failure named in one line on stderr (a rejected query, a failed or timed-out "
-    "swap, Redis or Kafka unreachable); 2 a usage error (an unknown option, a missing argument)."
+    "swap, Redis or Kafka unreachable); 2 a usage error (an unknown option, a missing argument); 130 interrupted "
+    "(Ctrl-C) while waiting."
 )
 
 app = typer.Typer(
@@ -215,7 +216,7 @@ def run(
         if settings.metrics_port is not None:
             from hotswap.executor.operator.web import start_monitor
 
-            monitor = start_monitor(settings, spark, executor)
+            monitor = start_monitor(settings, executor)
         executor.run(source, stop)
     finally:
         if monitor is not None:
@@ -280,7 +281,8 @@ def submit(
 
     Exit codes: 0 validated and queued (with --wait: completed; with --dry-run: it would be accepted); 1 rejected,
     failed, timed out, or no executor answering (the reason in one line on stderr; with --dry-run --json the plan
-    still goes to stdout); 2 a usage error.
+    still goes to stdout; a swap not validated in time is withdrawn); 2 a usage error; 130 interrupted (Ctrl-C)
+    while it waited for validation (the swap is withdrawn).
     """
     from hotswap.executor.operator.client import Client
 

@@ -52,7 +52,7 @@ from hotswap.contract.windows import Windowing
 from hotswap.execution_graph.source import load_query_source
 from hotswap.executor.control.recovery import new_swap_id, rollback_swap
 from hotswap.executor.control.waits import start_blocker, waiting_for
-from hotswap.executor.errors import ExecutorError, SubmitRejected, SwapFailed
+from hotswap.executor.errors import ExecutorError, Interrupted, SubmitRejected, SwapFailed
 from hotswap.service_sink.audit import read_results
 from hotswap.service_sink.diff import compare
 
@@ -192,9 +192,26 @@ class Client:
                 f"no executor is running on namespace {self.settings.namespace!r}; start one with `hotswap run`"
             )
         created = self.journal.create(swap)
-        record = self.wait_for(
-            created.id, lambda r: r.state is not SwapPhase.SUBMITTED, validation_timeout_s, "validated"
-        )
+        try:
+            record = self.wait_for(
+                created.id, lambda r: r.state is not SwapPhase.SUBMITTED, validation_timeout_s, "validated"
+            )
+        except TimeoutExpired as exc:
+            # A submit that says "not validated" must not leave a swap that runs later: it is
+            # withdrawn, unless the executor decided it at this very moment.
+            if self._withdraw(created.id, f"not validated within {validation_timeout_s:.0f}s; withdrawn by submit"):
+                raise TimeoutExpired(
+                    f"swap {created.id} was not validated within {validation_timeout_s:.0f}s, so it is withdrawn and "
+                    "nothing changed; is the executor busy? submit again, with a longer --timeout"
+                ) from exc
+            record = self.journal.get(created.id)
+        except KeyboardInterrupt as exc:
+            if self._withdraw(created.id, "submit interrupted before validation; withdrawn"):
+                raise Interrupted(f"interrupted: swap {created.id} is withdrawn, nothing changed") from exc
+            raise Interrupted(
+                f"interrupted: swap {created.id} was validated meanwhile and goes on; follow it with `hotswap status`, "
+                f"or `hotswap abort {created.id}`"
+            ) from exc
         if record.state is SwapPhase.REJECTED:
             raise SubmitRejected(f"rejected ({record.reason_code}): {record.error}", record.reason_code)
         return record
@@ -220,6 +237,17 @@ class Client:
                     "follow it with `hotswap status`"
                 )
             time.sleep(0.3)
+
+    def _withdraw(self, swap_id: str, why: str) -> bool:
+        """Abort a swap still waiting for validation; False if it was decided already."""
+        withdrawn = self.journal.advance(
+            swap_id,
+            SwapPhase.ABORTED,
+            error=why,
+            reason_code=ReasonCode.ABORTED_BY_OPERATOR,
+            when=lambda r: r.state is SwapPhase.SUBMITTED,
+        )
+        return withdrawn is not None
 
     def abort(self, swap_id: str) -> SwapRecord:
         aborted = self.journal.advance(

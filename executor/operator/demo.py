@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from pyspark.sql import SparkSession
 from rich.console import Console
 from rich.table import Table
 
@@ -84,7 +83,7 @@ def run_demo(
     spark = build_spark_session(settings)
     client = Client(settings, redis_client(settings))
     executor = Executor(settings, spark, redis_client(settings))
-    monitor = _serve_monitor(settings, spark, executor)
+    monitor = _serve_monitor(settings, executor)
     console.print(
         f"dashboard [link={monitor.url}]{monitor.url}[/link]   metrics {monitor.url}metrics\n"
         f"in a second terminal: [bold]hotswap status --watch --namespace {namespace}[/]",
@@ -226,12 +225,12 @@ def _show_phases(client: Client, console: Console, swap_id: str, shown: int) -> 
     return len(record.phases)
 
 
-def _serve_monitor(settings: Settings, spark: SparkSession, executor: Executor) -> MonitorServer:
+def _serve_monitor(settings: Settings, executor: Executor) -> MonitorServer:
     """The dashboard and metrics on the demo's port, or on any free port if that one is taken."""
     try:
-        return start_monitor(settings, spark, executor)
+        return start_monitor(settings, executor)
     except ConfigError:
-        return start_monitor(settings.model_copy(update={"metrics_port": 0}), spark, executor)
+        return start_monitor(settings.model_copy(update={"metrics_port": 0}), executor)
 
 
 def _show_history(client: Client, console: Console) -> None:

@@ -12,6 +12,7 @@ import redis
 import typer
 
 from hotswap.contract.errors import HotswapError
+from hotswap.executor.errors import Interrupted
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -24,6 +25,12 @@ def operator_errors(command: Callable[P, R]) -> Callable[P, R]:
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return command(*args, **kwargs)
+        except Interrupted as exc:
+            typer.echo(f"hotswap: {exc}", err=True)
+            raise typer.Exit(130) from exc
+        except KeyboardInterrupt as exc:
+            typer.echo("hotswap: interrupted", err=True)
+            raise typer.Exit(130) from exc
         except HotswapError as exc:
             typer.echo(f"hotswap: {exc}", err=True)
             raise typer.Exit(1) from exc

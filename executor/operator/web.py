@@ -6,17 +6,21 @@ HTTP server: nothing to install, nothing to build.
 
 from __future__ import annotations
 
+import hmac
 import json
+import secrets
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
+from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs
 
 import redis
 import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pyspark.sql import SparkSession
 
 from hotswap.contract.errors import ConfigError
 from hotswap.contract.settings import Settings
@@ -60,6 +64,57 @@ class Observer:
             return self._rates
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+ALL_INTERFACES = ("", "0.0.0.0", "::")  # noqa: S104 - names of the wildcard bind, compared, never bound here
+TOKEN_COOKIE = "hotswap_token"  # noqa: S105 - the cookie's name, not a secret
+OPEN_PATHS = ("/metrics", "/healthz")  # Prometheus scrapes without credentials, by convention
+
+
+class Gate:
+    """Who may read the endpoint. It answers only requests whose `Host` names the address it serves,
+    so a page in the operator's browser cannot read it through a rebound DNS name; bound beyond
+    loopback, it also wants the token (`metrics_token`, or one generated at start), except on
+    `/metrics` and `/healthz`. The token comes as `Authorization: Bearer`, as `?token=` (the page
+    then keeps it in a cookie), or in that cookie."""
+
+    def __init__(self, host: str, token: str | None) -> None:
+        self._host = host
+        self.token = token
+
+    @staticmethod
+    def for_settings(settings: Settings) -> Gate:
+        host = settings.metrics_host
+        if host in LOOPBACK:
+            return Gate(host, None)
+        given = settings.metrics_token
+        return Gate(host, given.get_secret_value() if given is not None else secrets.token_urlsafe(24))
+
+    def host_allowed(self, header: str | None, port: int) -> bool:
+        if self._host in ALL_INTERFACES:
+            return True  # every address of the machine: the token guards it
+        if header is None:
+            return False
+        name, _, given_port = header.strip().lower().rpartition(":")
+        if not name or not given_port.isdigit() or int(given_port) != port:
+            return False
+        name = name.strip("[]")
+        served = LOOPBACK if self._host in LOOPBACK else (self._host.lower(),)
+        return name in served
+
+    def token_allowed(self, path: str, query: str, authorization: str | None, cookie: str | None) -> bool:
+        if self.token is None or path in OPEN_PATHS:
+            return True
+        offered = [parse_qs(query).get("token", [""])[0]]
+        if authorization and authorization.startswith("Bearer "):
+            offered.append(authorization.removeprefix("Bearer ").strip())
+        if cookie:
+            jar = SimpleCookie()
+            jar.load(cookie)
+            if TOKEN_COOKIE in jar:
+                offered.append(jar[TOKEN_COOKIE].value)
+        return any(hmac.compare_digest(candidate.encode(), self.token.encode()) for candidate in offered if candidate)
+
+
 class MonitorServer:
     """The endpoint's server thread; `url` says where it listens once started."""
 
@@ -75,6 +130,7 @@ class MonitorServer:
     ) -> None:
         assert settings.metrics_port is not None
         self._settings = settings
+        self.gate = Gate.for_settings(settings)
         self._kafka = kafka
         self.observer = Observer(client, kafka, default_schema)
         self.registry, self._durations = metrics_registry(
@@ -107,6 +163,9 @@ class MonitorServer:
         if self._durations is not None:
             self._durations.start()
         log.info("dashboard and metrics served", dashboard=self.url, metrics=f"{self.url}metrics")
+        if self.gate.token is not None and self._settings.metrics_token is None:
+            # Printed once, on the terminal only: never in the structured log.
+            print(f"hotswap: dashboard token (open {self.url}?token=<it>): {self.gate.token}", file=sys.stderr)
         return self
 
     def stop(self) -> None:
@@ -123,7 +182,14 @@ class MonitorServer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
+                path, _, query = self.path.partition("?")
+                gate = server.gate
+                if not gate.host_allowed(self.headers.get("Host"), server.port):
+                    self._send(421, "text/plain; charset=utf-8", b"this endpoint answers only to its own address\n")
+                    return
+                if not gate.token_allowed(path, query, self.headers.get("Authorization"), self.headers.get("Cookie")):
+                    self._send(401, "text/plain; charset=utf-8", b"a token is needed: open the page with ?token=\n")
+                    return
                 try:
                     route = server._route(path)
                 except (redis.RedisError, OSError) as exc:
@@ -132,10 +198,12 @@ class MonitorServer:
                 if route is None:
                     self._send(404, "text/plain; charset=utf-8", b"not found\n")
                     return
-                self._send(200, *route)
+                self._send(200, *route, token=gate.token if "token=" in query else None)
 
-            def _send(self, code: int, content_type: str, body: bytes) -> None:
+            def _send(self, code: int, content_type: str, body: bytes, token: str | None = None) -> None:
                 self.send_response(code)
+                if token is not None:  # kept by the browser for the page's own refreshes
+                    self.send_header("Set-Cookie", f"{TOKEN_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/")
                 self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))
                 self.send_header("Cache-Control", "no-store")
@@ -170,18 +238,19 @@ class MonitorServer:
         return None
 
 
-def spark_queries(spark: SparkSession) -> Callable[[], Iterable[QueryProgress]]:
-    """The session's active streaming queries, for the micro-batch durations."""
-    return lambda: list(spark.streams.active)
+def spark_queries(executor: Executor) -> Callable[[], Iterable[QueryProgress]]:
+    """The executor's active streaming queries, for the micro-batch durations. Each graph runs on a
+    session of its own (execution_graph/confinement.py), so no one session lists them all."""
+    return lambda: [query for query in executor.spark_queries() if query.isActive]
 
 
-def start_monitor(settings: Settings, spark: SparkSession, executor: Executor) -> MonitorServer:
+def start_monitor(settings: Settings, executor: Executor) -> MonitorServer:
     """The endpoint of an executor about to run: its metrics, its dashboard."""
     return MonitorServer(
         settings,
         Client(settings, redis_client(settings)),
         lease=executor.lease,
-        queries=spark_queries(spark),
+        queries=spark_queries(executor),
         kafka=KafkaPositions(settings),
         default_schema=settings.source_spec().schema_ddl,
     ).start()

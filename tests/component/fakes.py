@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from hotswap.contract import fence
+from hotswap.contract.errors import HotswapError
 from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
 from hotswap.contract.models import (
     GraphProgress,
@@ -158,8 +159,13 @@ class FakeTopics:
     def __init__(self) -> None:
         self.created: list[str] = []
         self.deleted: list[str] = []
+        self.refuse: dict[str, HotswapError] = {}  # topic -> what Kafka's refusal to create it raises
+        self.attempts: list[str] = []
 
     def ensure(self, topic: str, partitions: int, config: dict[str, str] | None = None) -> None:
+        self.attempts.append(topic)
+        if topic in self.refuse:
+            raise self.refuse[topic]
         self.created.append(topic)
 
     def delete(self, topic: str) -> None:
@@ -177,7 +183,7 @@ class SparklessGraphs(Graphs):
         self.runner = self.fake_runner  # type: ignore[assignment]  # structurally the part of GraphRunner used
         self.validated: list[str] = []
         self.refuse: dict[str, str] = {}  # query name -> the one-line reason validation gives
-        self.crash: dict[str, Exception] = {}  # query name -> what the user's code raises while analysed
+        self.crash: dict[str, BaseException] = {}  # query name -> what the user's code raises while analysed
         self.hold: dict[str, threading.Event] = {}  # query name -> its analysis lasts until this is set
         self.analysing: set[str] = set()  # queries whose analysis has begun and not ended
 

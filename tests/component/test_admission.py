@@ -119,7 +119,7 @@ def test_a_rejection_arrives_with_its_reason_once_the_analysis_is_done(
     assert world.deploy(c).from_query == "a"
 
 
-def test_a_swap_aborted_while_its_query_is_analysed_stays_aborted_and_the_next_one_is_validated(
+def test_a_swap_aborted_while_its_query_is_analysed_stays_aborted_and_the_next_one_is_validated_at_once(
     world: World, held: threading.Event
 ) -> None:
     b = world.submit("b", 30_000)
@@ -127,17 +127,16 @@ def test_a_swap_aborted_while_its_query_is_analysed_stays_aborted_and_the_next_o
     analysing(world, "b")
     Client(world.settings, world.client).abort(b)
     c = world.submit("c", 20_000)
-    world.protocol.step()
-    world.protocol.step()
-    assert world.state(b) is SwapPhase.ABORTED
-    assert world.state(c) is SwapPhase.SUBMITTED  # one analysis at a time: b's is still running
-    assert "c" not in world.graphs.analysing
-
-    held.set()
+    # b's analysis has not ended (it may never): it is abandoned, and c is analysed and decided now.
     assert step_until_decided(world, c).state in (SwapPhase.VALIDATED, SwapPhase.DEPLOYING)
+    assert "b" in world.graphs.analysing
     assert world.state(b) is SwapPhase.ABORTED
-    assert world.graphs.get("b") is None  # its result was dropped: no graph recorded for it
     assert world.deploy(c).from_query == "a"
+
+    held.set()  # b's analysis ends late: its result is dropped, no graph is recorded for it
+    world.protocol.step()
+    assert world.state(b) is SwapPhase.ABORTED
+    assert world.graphs.get("b") is None
 
 
 def test_a_result_is_dropped_and_the_query_analysed_again_when_the_swap_before_it_ends_meanwhile(
@@ -182,3 +181,29 @@ def test_a_stopping_executor_abandons_an_analysis_and_the_next_one_validates_the
     held.set()
     assert step_until_decided(restarted, b).state in (SwapPhase.VALIDATED, SwapPhase.DEPLOYING)
     assert world.journal.get(b).new_window_ms == 30_000
+
+
+def test_an_analysis_that_does_not_end_is_rejected_after_the_validation_timeout_and_the_queue_moves_on(
+    world: World, held: threading.Event
+) -> None:
+    b = world.submit("b", 30_000)
+    c = world.submit("c", 20_000)
+    world.protocol.step()
+    analysing(world, "b")
+    world.clock.advance(world.settings.validation_timeout.s - 1)
+    world.protocol.step()
+    assert world.state(b) is SwapPhase.SUBMITTED
+    world.clock.advance(2)
+    world.protocol.step()
+    record = world.journal.get(b)
+    assert (record.state, record.reason_code) == (SwapPhase.REJECTED, ReasonCode.VALIDATION_TIMEOUT)
+    assert "was not validated within 120s (validation_timeout)" in (record.error or "")
+    assert step_until_decided(world, c).state is not SwapPhase.REJECTED
+
+
+def test_a_query_that_calls_sys_exit_while_analysed_is_rejected_and_the_executor_carries_on(world: World) -> None:
+    world.graphs.crash["b"] = SystemExit(0)  # what sys.exit(0) in a .py query raises
+    b = world.submit("b", 30_000)
+    record = step_until_decided(world, b)  # does not raise
+    assert (record.state, record.reason_code) == (SwapPhase.REJECTED, ReasonCode.QUERY_RAISED)
+    assert "SystemExit" in (record.error or "")

@@ -45,7 +45,7 @@ from hotswap.execution_graph.errors import GraphStartFailed
 from hotswap.executor.control.controller import FATAL
 from hotswap.executor.control.lease import Lease
 from hotswap.executor.control.transient import TransientErrorsPersisted, is_transient, retry_transient
-from hotswap.executor.errors import LeaseHeld, SwapFailed
+from hotswap.executor.errors import ExecutorError, LeaseHeld, SwapFailed
 from hotswap.executor.operator.client import Client
 from hotswap.service_graph.errors import ServiceGraphError
 from hotswap.service_graph.query import ServiceGraph
@@ -136,6 +136,25 @@ def test_a_new_graph_that_does_not_start_fails_its_swap_and_the_old_query_keeps_
     assert current.query_id == "a"
     assert world.graph_state("b") is GraphState.FAILED
     assert "b" not in world.graphs.fake_runner.queries
+
+
+def test_a_deploy_whose_topic_kafka_refuses_fails_its_swap_once_and_the_loop_goes_on(world: World) -> None:
+    refusal = ExecutorError("creating topic hotswap.t.graph.b failed at Kafka: TopicAuthorizationFailedError")
+    world.graphs.fake_topics.refuse[world.settings.names.graph_topic("b")] = refusal
+    swap_id = world.submit("b", 30_000)
+    record = world.deploy(swap_id)
+    assert record.state is SwapPhase.FAILED
+    assert record.reason_code is ReasonCode.DEPLOY_FAILED
+    assert record.error == f"{refusal}; the old query keeps serving"
+    for _ in range(3):  # later ticks neither try again nor raise
+        world.protocol.step()
+    assert world.graphs.fake_topics.attempts.count(world.settings.names.graph_topic("b")) == 1
+    current = world.graphs.current()
+    assert current is not None
+    assert current.query_id == "a"
+    assert "b" not in world.graphs.fake_runner.started
+    # The next swap deploys as usual.
+    assert world.deploy(world.submit("c", 30_000)).state is SwapPhase.DEPLOYED
 
 
 def test_a_new_query_that_dies_before_the_cut_fails_its_swap_and_the_old_query_keeps_serving(

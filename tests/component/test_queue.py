@@ -3,12 +3,16 @@ the query that really serves when its turn comes; aborted and rejected ones step
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from hotswap.contract.journal import SwapPhase
+from hotswap.contract.errors import TimeoutExpired
+from hotswap.contract.journal import SwapPhase, SwapRecord
 from hotswap.contract.models import GraphState
 from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.settings import Settings
+from hotswap.executor.errors import Interrupted
 from hotswap.executor.operator.client import Client
 from tests.component.fakes import World
 
@@ -118,3 +122,25 @@ def test_swaps_submitted_in_the_same_step_are_each_checked_against_the_one_queue
     world.deploy(b)
     assert world.state(b) is SwapPhase.DEPLOYED
     assert world.state(c) is SwapPhase.VALIDATED, world.journal.get(c).error
+
+
+def test_a_submit_that_times_out_or_is_interrupted_withdraws_its_swap(world: World, tmp_path: Path) -> None:
+    """`submit` says "not validated" only about a swap that will not run later."""
+    query = tmp_path / "b.sql"
+    query.write_text("30000")
+    world.client.set(world.keys.lease, "executor-1")  # an executor holds the namespace, but never steps
+    client = Client(world.settings, world.client)
+    with pytest.raises(TimeoutExpired, match="so it is withdrawn and nothing changed"):
+        client.submit(query, validation_timeout_s=0.5)
+    [timed_out] = world.journal.all()
+    assert timed_out.state is SwapPhase.ABORTED
+
+    def interrupted(*args: object, **kwargs: object) -> SwapRecord:
+        raise KeyboardInterrupt
+
+    client.wait_for = interrupted  # type: ignore[method-assign]  # Ctrl-C while submit waits
+    with pytest.raises(Interrupted, match="is withdrawn, nothing changed"):
+        client.submit(query)
+    assert [s.state for s in world.journal.all()] == [SwapPhase.ABORTED, SwapPhase.ABORTED]
+    world.protocol.step()
+    assert world.graphs.validated == []  # neither is ever analysed

@@ -38,8 +38,11 @@ QUERIES = Path(__file__).resolve().parent / "queries"
 
 
 def namespace_settings(home: Path, bootstrap: str, redis_url: str, prefix: str, **extra: Any) -> Settings:
-    """The settings of one test: a fresh namespace and topics, 10 s windows, 2 s of lateness."""
+    """The settings of one test: a fresh namespace and topics, 10 s windows, 2 s of lateness. Many
+    tests swap in .py queries, so Python queries are allowed (query_kinds); a test of the default
+    passes query_kinds="sql"."""
     namespace = f"{prefix}{uuid.uuid4().hex[:8]}"
+    extra.setdefault("query_kinds", "sql,python")
     return Settings(
         home=home,
         jars_dir=JARS,
@@ -319,6 +322,7 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
         "TOPIC_REPLICATION_FACTOR": str(settings.topic_replication_factor),
         "GRAPH_ENGINE": str(settings.graph_engine),
         "SOURCE_PARTITIONS": str(settings.source_partitions),
+        "QUERY_KINDS": ",".join(sorted(settings.query_kinds)),
     }
     if settings.graph_partitions is not None:
         values["GRAPH_PARTITIONS"] = str(settings.graph_partitions)

@@ -17,9 +17,10 @@ from pyspark.sql import DataFrame, SparkSession
 
 from hotswap.contract.envelope import ROUTE_HEADER, marker_route
 from hotswap.contract.models import GraphEngine, QueryKind, QuerySource
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import Settings, StaticTable
 from hotswap.contract.source import LEGACY_SOURCE, SourceSpec
 from hotswap.contract.windows import marker_event_time
+from hotswap.execution_graph.confinement import isolated_session
 from hotswap.execution_graph.errors import QueryRejected
 from hotswap.execution_graph.events import batch_events
 from hotswap.execution_graph.graph import events_stream
@@ -533,3 +534,150 @@ def test_a_statement_that_is_not_a_query_is_refused_and_leaves_no_trace(
     assert not spark.catalog.functionExists("sneaky")
     assert spark.conf.get("spark.sql.shuffle.partitions") == shuffle
     assert not out.exists()
+
+
+SECRET_FILE_PY = """
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+def query(events: DataFrame) -> DataFrame:
+    secret = events.sparkSession.read.text("{path}").withColumnRenamed("value", "line")
+    return (
+        events.join(secret, F.lit(True))
+        .groupBy(F.window("event_time", "10 seconds"), "line")
+        .count()
+        .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "line", "count")
+    )
+"""
+
+REFLECTING_PY = """
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+def query(events: DataFrame) -> DataFrame:
+    home = F.expr("java_method('java.lang.System', 'getenv', 'HOME')")
+    return (
+        events.groupBy(F.window("event_time", "10 seconds"), home.alias("home"))
+        .count()
+        .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "home", "count")
+    )
+"""
+
+GROUPED = "GROUP BY window(event_time, '10 seconds')"
+# Submissions that reach outside their input: (query, reason code, what the reason names).
+REACHING_OUT = [
+    pytest.param(
+        sql(f"{WINDOW}, line.value AS line, count(*) AS n FROM events JOIN text.`{{secret}}` AS line {GROUPED}, 3"),
+        "query_reads_outside",
+        "text",
+        id="file-by-path",
+    ),
+    pytest.param(
+        sql(f"{WINDOW}, count(*) AS n FROM events WHERE key IN (SELECT value FROM text.`{{secret}}`) {GROUPED}"),
+        "query_reads_outside",
+        "text",
+        id="file-in-a-subquery",
+    ),
+    pytest.param(
+        sql(f"WITH s AS (SELECT * FROM json.`{{secret}}`) {WINDOW}, count(*) AS n FROM events, s {GROUPED}"),
+        "query_reads_outside",
+        "json",
+        id="file-in-a-cte",
+    ),
+    pytest.param(
+        sql(f"{WINDOW}, count(*) AS n FROM events, read_files('{{secret}}', format => 'text') {GROUPED}"),
+        "query_reads_outside",
+        "read_files",
+        id="read-files",
+    ),
+    pytest.param(
+        sql(f"{WINDOW}, count(*) AS n FROM events, global_temp.hotswap_secret {GROUPED}"),
+        "query_reads_outside",
+        "global_temp",
+        id="qualified-table",
+    ),
+    pytest.param(
+        sql(
+            f"{WINDOW}, java_method('java.lang.System', 'getenv', 'HOME') AS home, count(*) AS n "
+            f"FROM events {GROUPED}, 3"
+        ),
+        "query_function_refused",
+        "java_method",
+        id="java-method",
+    ),
+    pytest.param(
+        sql(f"{WINDOW}, count(*) AS n FROM events WHERE reflect('java.lang.System', 'exit', '0') IS NULL {GROUPED}"),
+        "query_function_refused",
+        "reflect",
+        id="reflect",
+    ),
+    pytest.param(
+        sql(
+            f"{WINDOW}, try_reflect('java.lang.System', 'getenv', 'HOME') AS h, count(*) AS n FROM events {GROUPED}, 3"
+        ),
+        "query_function_refused",
+        "try_reflect",
+        id="try-reflect",
+    ),
+    pytest.param(
+        QuerySource(name="reads-a-file", kind=QueryKind.PYTHON, text=SECRET_FILE_PY),
+        "query_reads_outside",
+        "secret",
+        id="python-reads-a-file",
+    ),
+    pytest.param(
+        QuerySource(name="reflects", kind=QueryKind.PYTHON, text=REFLECTING_PY),
+        "query_function_refused",
+        "java_method",
+        id="python-reflects",
+    ),
+]
+
+
+@pytest.mark.parametrize(("source", "code", "named"), REACHING_OUT)
+def test_a_query_that_reads_outside_its_input_or_reflects_is_refused(
+    spark: SparkSession, services: Services, tmp_path: Path, source: QuerySource, code: str, named: str
+) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hunter2\n")
+    text = source.text.replace("{secret}", str(secret)).replace("{path}", str(secret))
+    session = isolated_session(spark, {})
+    settings = Settings(jars_dir=JARS, kafka_bootstrap=services.bootstrap)
+    stream = events_stream(session, settings, settings.names.graph_topic("validation"), LEGACY_SOURCE)
+    with pytest.raises(QueryRejected) as refused:
+        validate_query(session, source.model_copy(update={"text": text}), stream, RUNNING_WINDOW_MS)
+    assert refused.value.reason_code == code, str(refused.value)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert named in message, message
+    assert "hunter2" not in message
+
+
+def test_a_query_reads_the_static_tables_the_operator_lists_and_sees_nothing_of_the_executors_session(
+    spark: SparkSession, services: Services, tmp_path: Path
+) -> None:
+    keys = tmp_path / "keys"
+    spark.createDataFrame([("k1", "north"), ("k2", "south")], "key STRING, region STRING").write.parquet(str(keys))
+    tables = {"regions": StaticTable(path=str(keys))}
+    session = isolated_session(spark, tables)
+    settings = Settings(jars_dir=JARS, kafka_bootstrap=services.bootstrap)
+    stream = events_stream(session, settings, settings.names.graph_topic("validation"), LEGACY_SOURCE)
+    lookup = sql(f"{WINDOW}, r.region, count(*) AS n FROM events JOIN regions r USING (key) {GROUPED}, r.region")
+    shape = validate_query(session, lookup, stream, RUNNING_WINDOW_MS, tuple(tables))
+    assert shape.group_columns == ("region",)
+    # The same files, not listed by that name: refused, naming the relation.
+    unlisted = sql(f"{WINDOW}, count(*) AS n FROM events JOIN parquet.`{keys}` r USING (key) {GROUPED}")
+    with pytest.raises(QueryRejected) as refused:
+        validate_query(session, unlisted, stream, RUNNING_WINDOW_MS, tuple(tables))
+    assert refused.value.reason_code == "query_reads_outside"
+    # A view of the executor's own session does not exist for a query.
+    spark.range(3).createOrReplaceTempView("executor_only")
+    try:
+        peeking = sql(f"{WINDOW}, count(*) AS n FROM events, executor_only {GROUPED}")
+        with pytest.raises(QueryRejected, match="executor_only"):
+            validate_query(session, peeking, stream, RUNNING_WINDOW_MS, tuple(tables))
+    finally:
+        spark.catalog.dropTempView("executor_only")
+    # And the analysis left nothing in the executor's session.
+    assert not spark.catalog.tableExists("events")
+    assert not spark.catalog.tableExists("regions")

@@ -3,7 +3,10 @@ from pathlib import Path
 import pytest
 
 from hotswap.contract.errors import ConfigError
+from hotswap.contract.models import QueryKind, QuerySource
 from hotswap.contract.settings import Settings, deprecated_names, load_settings
+from hotswap.execution_graph.confinement import check_kind, check_size
+from hotswap.execution_graph.errors import QueryRejected
 
 
 @pytest.fixture(autouse=True)
@@ -15,6 +18,8 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         "HOTSWAP_WINDOW",
         "HOTSWAP_DRAIN_TIMEOUT",
         "HOTSWAP_CUT_TIMEOUT",
+        "HOTSWAP_QUERY_KINDS",
+        "HOTSWAP_STATIC_TABLES",
     ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOTSWAP_CONFIG_FILE", str(tmp_path / "absent.toml"))
@@ -148,3 +153,32 @@ def test_a_redis_url_without_a_scheme_is_refused_in_one_line_without_echoing_it(
     assert "a Redis URL starts with redis://, rediss:// (TLS) or unix://" in message
     assert "secret" not in message
     assert "\n" not in message
+
+
+def test_only_sql_queries_are_taken_unless_the_operator_allows_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().query_kinds == {QueryKind.SQL}
+    monkeypatch.setenv("HOTSWAP_QUERY_KINDS", "sql, python")
+    assert Settings().query_kinds == {QueryKind.SQL, QueryKind.PYTHON}
+    with pytest.raises(ConfigError, match="invalid settings"):
+        load_settings(query_kinds="sql,scala")
+
+
+def test_a_static_table_is_named_by_an_identifier(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOTSWAP_STATIC_TABLES", '{"regions": {"path": "/data/regions", "format": "csv"}}')
+    assert Settings().static_tables["regions"].format == "csv"
+    for bad in ('{"events": {"path": "/x"}}', '{"a b": {"path": "/x"}}', '{"t": {"path": "/x", "format": "jdbc"}}'):
+        monkeypatch.setenv("HOTSWAP_STATIC_TABLES", bad)
+        with pytest.raises(ConfigError, match="invalid settings"):
+            load_settings()
+
+
+def test_a_python_query_is_refused_where_only_sql_is_allowed() -> None:
+    source = QuerySource(name="model", kind=QueryKind.PYTHON, text="def query(events): return events")
+    with pytest.raises(QueryRejected) as refused:
+        check_kind(source, Settings().query_kinds)
+    assert refused.value.reason_code == "query_kind_refused"
+    assert "query_kinds = sql,python" in str(refused.value)
+    check_kind(source, {QueryKind.SQL, QueryKind.PYTHON})
+    with pytest.raises(QueryRejected) as too_large:
+        check_size(source.model_copy(update={"text": "x" * (256 * 1024 + 1)}))
+    assert too_large.value.reason_code == "query_too_large"

@@ -4,6 +4,7 @@ as Prometheus parses it), the HTTP endpoint and the dry run's request and plan. 
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import json
 import threading
 import urllib.request
@@ -447,6 +448,57 @@ def test_the_endpoint_serves_metrics_the_dashboard_and_json(endpoint: str) -> No
 def test_the_endpoint_binds_loopback_unless_told(endpoint: str) -> None:
     assert endpoint.startswith("http://127.0.0.1:")
     assert Settings().metrics_host == "127.0.0.1"
+
+
+def get(port: int, path: str, **headers: str) -> tuple[int, dict[str, str]]:
+    """A GET with exactly these headers (urllib would set Host itself)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        connection.putrequest("GET", path, skip_host="Host" in headers)
+        for name, value in headers.items():
+            connection.putheader(name, value)
+        connection.endheaders()
+        response = connection.getresponse()
+        response.read()
+        return response.status, dict(response.getheaders())
+    finally:
+        connection.close()
+
+
+def test_the_endpoint_answers_only_to_its_own_address(endpoint: str) -> None:
+    port = int(endpoint.rstrip("/").rsplit(":", 1)[1])
+    assert get(port, "/api/status", Host=f"127.0.0.1:{port}")[0] == 200
+    assert get(port, "/api/status", Host=f"localhost:{port}")[0] == 200
+    # A page of another origin whose name was rebound to 127.0.0.1 sends its own name.
+    assert get(port, "/api/status", Host=f"attacker.example:{port}")[0] == 421
+    assert get(port, "/", Host="127.0.0.1:1")[0] == 421
+    assert get(port, "/metrics", Host=f"attacker.example:{port}")[0] == 421
+
+
+def test_beyond_loopback_the_dashboard_wants_its_token_and_metrics_stay_open(api: Client) -> None:
+    settings = Settings(namespace=NS, metrics_port=0, metrics_host="0.0.0.0", metrics_token="t0ken-for-tests")  # noqa: S104
+    monitor = MonitorServer(settings, api, lease=Lease(), default_schema="key STRING").start()
+    try:
+        port = monitor.port
+        assert get(port, "/")[0] == 401
+        assert get(port, "/api/status")[0] == 401
+        assert get(port, "/api/status?token=wrong")[0] == 401
+        assert get(port, "/metrics")[0] == 200
+        assert get(port, "/healthz")[0] == 200
+        assert get(port, "/api/status", Authorization="Bearer t0ken-for-tests")[0] == 200
+        code, headers = get(port, "/?token=t0ken-for-tests")
+        assert code == 200
+        cookie = headers["Set-Cookie"].split(";")[0]
+        assert get(port, "/fragment", Cookie=cookie)[0] == 200
+    finally:
+        monitor.stop()
+    generated = MonitorServer(Settings(namespace=NS, metrics_port=0, metrics_host="0.0.0.0"), api).start()  # noqa: S104
+    try:
+        assert generated.gate.token is not None
+        assert len(generated.gate.token) >= 24
+        assert get(generated.port, "/", Authorization=f"Bearer {generated.gate.token}")[0] == 200
+    finally:
+        generated.stop()
 
 
 # -- the dry run ------------------------------------------------------------------------------------
