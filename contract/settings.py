@@ -20,6 +20,7 @@ from pydantic import (
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
+    SettingsError,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -391,3 +392,7 @@ def load_settings(**overrides: Any) -> Settings:
             for error in exc.errors()
         )
         raise ConfigError(f"invalid settings: {problems}") from exc
+    except SettingsError as exc:  # an environment variable that must be JSON and is not
+        raise ConfigError(f"invalid settings: {exc} (it must be JSON)") from exc
+    except (OSError, ValueError) as exc:  # the TOML file: unreadable, or not TOML
+        raise ConfigError(f"invalid settings: the config file cannot be read: {exc}") from exc
