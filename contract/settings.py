@@ -20,9 +20,9 @@ from pydantic import (
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
-    SettingsError,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     TomlConfigSettingsSource,
 )
 

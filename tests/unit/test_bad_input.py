@@ -4,7 +4,7 @@ on; no Spark, no Kafka."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
 from pathlib import Path
 
 import fakeredis
@@ -23,18 +23,18 @@ WINDOWED = (
 
 
 @pytest.fixture
-def redis_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[fakeredis.FakeServer]:
+def redis_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> fakeredis.FakeServer:
     """A namespace with one ended swap, and no executor (no lease)."""
     server = fakeredis.FakeServer()
     monkeypatch.setattr(client, "redis_client", lambda settings, retries=40: fakeredis.FakeRedis(server=server))
     monkeypatch.setattr(cli, "configure_logging", lambda *args, **kwargs: None)
-    for name in list(__import__("os").environ):
+    for name in list(os.environ):
         if name.startswith("HOTSWAP_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("HOTSWAP_CONFIG_FILE", str(tmp_path / "absent.toml"))
     monkeypatch.setenv("HOTSWAP_HOME", str(tmp_path / "home"))
     Journal(fakeredis.FakeRedis(server=server), Keys(NS)).create(SwapRecord(id="s1", to_query="b"))
-    yield server
+    return server
 
 
 def files(tmp_path: Path) -> dict[str, Path]:
