@@ -3,9 +3,21 @@ wherever the checkpoint does (a local directory, or a cluster's shared store).""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from pyspark.sql import SparkSession
+
+
+class CheckpointFiles(Protocol):
+    """What hotswap reads and writes in a checkpoint (CheckpointDir; a fake in unit tests)."""
+
+    def read_text(self, name: str) -> str | None: ...
+
+    def write_once(self, name: str, text: str) -> None: ...
+
+    def replace(self, name: str, text: str) -> None: ...
+
+    def has_entries(self, name: str) -> bool: ...
 
 
 class CheckpointDir:
@@ -51,6 +63,16 @@ class CheckpointDir:
             stream.close()
         if not self._fs.rename(temporary, path):
             raise OSError(f"could not rename {temporary} to {path}")
+
+    def replace(self, name: str, text: str) -> None:
+        """Write the file whole, in place of whatever is there (through a temporary file and a rename)."""
+        self.delete(name)
+        self.write_once(name, text)
+
+    def has_entries(self, name: str) -> bool:
+        """Whether the directory `name` exists and holds anything (Spark's `offsets`, say)."""
+        path = self.path(name)
+        return bool(self._fs.exists(path)) and len(self._fs.listStatus(path)) > 0
 
     def delete(self, name: str) -> None:
         path = self.path(name)

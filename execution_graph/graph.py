@@ -21,7 +21,6 @@ import json
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -32,7 +31,7 @@ from hotswap.contract.lifecycle import stop_between_batches
 from hotswap.contract.models import GraphEngine, GraphRecord
 from hotswap.contract.settings import Settings
 from hotswap.contract.source import SourceSpec
-from hotswap.execution_graph.checkpoint import CheckpointDir
+from hotswap.execution_graph.checkpoint import CheckpointDir, CheckpointFiles
 from hotswap.execution_graph.closing import WindowCloser, closing_state
 from hotswap.execution_graph.confinement import isolated_session
 from hotswap.execution_graph.errors import GraphStartFailed
@@ -46,31 +45,44 @@ log = structlog.get_logger(__name__)
 BatchWriter = Callable[[DataFrame, int], None]
 
 
-def claim_checkpoint(checkpoint: Path, record: GraphRecord) -> None:
-    """Make sure Spark resumes this graph's own checkpoint and no other.
+def claim_checkpoint(files: CheckpointFiles, where: str, record: GraphRecord) -> None:
+    """Make sure Spark resumes this graph's own checkpoint (`files`, at `where`) and no other.
 
     Spark keeps its query's id in `<checkpoint>/metadata` and writes one only if the file is
-    missing. hotswap writes it first, with the id chosen when the graph was recorded, so a
-    checkpoint left from an earlier life of the namespace (one whose control state was lost)
-    is refused instead of being resumed as if it belonged to this graph.
+    missing. hotswap writes it first, whole or not at all (a temporary file, synced, then renamed),
+    with the id chosen when the graph was recorded, so a checkpoint left from an earlier life of the
+    namespace (one whose control state was lost) is refused instead of being resumed as if it
+    belonged to this graph. A metadata file that cannot be read (left by an older, non-atomic
+    write cut short) is written again when the checkpoint holds no batch yet, as nothing can have
+    used it; otherwise it is refused with its own advice.
     """
     if record.spark_query_id is None:
         return
-    metadata = checkpoint / "metadata"
-    if metadata.exists():
-        try:
-            found = json.loads(metadata.read_text().strip().splitlines()[0]).get("id")
-        except (ValueError, IndexError, AttributeError):
-            found = None
-        if found != record.spark_query_id:
-            raise GraphStartFailed(
-                f"checkpoint {checkpoint} belongs to Spark query {found}, not to graph {record.query_id} "
-                f"({record.spark_query_id}); it is left from an earlier life of the namespace: start the namespace "
-                "over with `hotswap run --reset-namespace`"
-            )
+    text = files.read_text("metadata")
+    if text is None:
+        files.write_once("metadata", json.dumps({"id": record.spark_query_id}) + "\n")
         return
-    checkpoint.mkdir(parents=True, exist_ok=True)
-    metadata.write_text(json.dumps({"id": record.spark_query_id}) + "\n")
+    try:
+        found = json.loads(text.strip().splitlines()[0]).get("id")
+    except (ValueError, IndexError, AttributeError):
+        found = None
+    if found == record.spark_query_id:
+        return
+    if found is None:
+        if not files.has_entries("offsets"):
+            log.warning("checkpoint metadata unreadable, before any batch: written again", checkpoint=where)
+            files.replace("metadata", json.dumps({"id": record.spark_query_id}) + "\n")
+            return
+        raise GraphStartFailed(
+            f"checkpoint {where} has a metadata file that cannot be read, and batches, so whose it is cannot be told: "
+            f"if it is graph {record.query_id}'s, restore the file with its id {record.spark_query_id}; else start "
+            "the namespace over with `hotswap run --reset-namespace`"
+        )
+    raise GraphStartFailed(
+        f"checkpoint {where} belongs to Spark query {found}, not to graph {record.query_id} "
+        f"({record.spark_query_id}); it is left from an earlier life of the namespace: start the namespace "
+        "over with `hotswap run --reset-namespace`"
+    )
 
 
 class GraphRunner:
@@ -108,7 +120,7 @@ class GraphRunner:
 
     def _start(self, record: GraphRecord, writer: BatchWriter) -> StreamingQuery:
         checkpoint = self._settings.names.graph_checkpoint(record.query_id)
-        claim_checkpoint(checkpoint, record)
+        claim_checkpoint(CheckpointDir(self._spark, str(checkpoint)), str(checkpoint), record)
         # The graph's own session: the user's text never runs on the executor's (confinement.py).
         session = isolated_session(self._spark, self._settings.static_tables)
         tables = tuple(self._settings.static_tables)

@@ -15,7 +15,7 @@ import time
 import redis
 import structlog
 
-from hotswap.contract.errors import ControlStateLost, TimeoutExpired
+from hotswap.contract.errors import ControlStateLost, LeaseLost, TimeoutExpired
 from hotswap.contract.models import NamespaceRecord
 from hotswap.contract.names import Keys
 from hotswap.contract.settings import Settings
@@ -60,12 +60,22 @@ def claim(client: redis.Redis, settings: Settings, topics: Topics, holder: str) 
     client.set(keys.namespace_record, NamespaceRecord(created_by=holder).model_dump_json(), nx=True)
 
 
-def reset(client: redis.Redis, settings: Settings, topics: Topics) -> list[str]:
+def reset(client: redis.Redis, settings: Settings, topics: Topics, lease_token: str) -> list[str]:
     """Remove the namespace's Redis keys, checkpoints and owned topics (not the source or results
-    topic). The caller makes sure no executor runs on it. Returns what was removed, in words."""
+    topic), under the namespace's lease, which the caller holds (`lease_token`): the lease key stays,
+    so no executor can start on the namespace until the caller releases it. Returns what was
+    removed, in words."""
     keys = Keys(settings.namespace)
+    holder = client.get(keys.lease)
+    if (holder.decode() if isinstance(holder, bytes) else holder) != lease_token:
+        raise LeaseLost("the namespace's lease is not held by this reset; nothing was removed")
     removed = []
-    redis_keys = list(client.scan_iter(match=f"{keys.prefix}:*", count=500))
+    lease_key = keys.lease.encode()
+    redis_keys = [
+        key
+        for key in client.scan_iter(match=f"{keys.prefix}:*", count=500)
+        if (key.encode() if isinstance(key, str) else key) != lease_key
+    ]
     if redis_keys:
         client.delete(*redis_keys)
         removed.append(f"{len(redis_keys)} Redis key(s)")

@@ -200,11 +200,16 @@ def run(
                 f"{settings.namespace!r}? It starts over from the first offset of {settings.source_topic}",
                 abort=True,
             )
+        # Under the lease: an executor starting meanwhile waits, and never finds half a namespace.
+        lease = Lease(client, Keys(settings.namespace).lease, settings.lease_ttl.ms)
+        lease.acquire(settings.lease_wait.s)
         topics = Topics(settings)
         try:
-            removed = reset(client, settings, topics)
+            removed = reset(client, settings, topics, lease.token)
+            lease.check()  # still ours throughout: nobody else can have started on the namespace
         finally:
             topics.close()
+            lease.release()
         console.print(f"namespace {settings.namespace} reset: removed {', '.join(removed) or 'nothing'}")
     spark = build_spark_session(settings)
     stop = threading.Event()

@@ -78,7 +78,16 @@ def test_a_namespace_with_checkpoints_but_no_control_state_is_refused(tmp_path: 
     with pytest.raises(ControlStateLost, match="--reset-namespace"):
         claim(client, settings, NoTopics(), "host:1:a")  # type: ignore[arg-type]
     assert not client.exists(KEYS.namespace_record)
-    assert reset(client, settings, NoTopics()) == [f"checkpoints in {settings.names.checkpoint_root}"]  # type: ignore[arg-type]
+    with pytest.raises(LeaseLost):  # only under the namespace's lease
+        reset(client, settings, NoTopics(), "host:1:a")  # type: ignore[arg-type]
+    assert settings.names.service_checkpoint.exists()
+    client.set(KEYS.lease, "host:1:a")
+    client.set(KEYS.current, "{}")
+    assert reset(client, settings, NoTopics(), "host:1:a") == [  # type: ignore[arg-type]
+        "1 Redis key(s)",
+        f"checkpoints in {settings.names.checkpoint_root}",
+    ]
+    assert client.get(KEYS.lease) == b"host:1:a"  # kept: nobody starts before the reset lets go
     claim(client, settings, NoTopics(), "host:1:a")  # type: ignore[arg-type]
     assert client.exists(KEYS.namespace_record)
 
@@ -115,7 +124,26 @@ def test_the_lease_of_a_dead_executor_is_taken_over_at_once() -> None:
         lease.release()
 
 
-def test_a_graph_resumes_only_the_checkpoint_made_for_it(tmp_path: Path) -> None:
+class Files:
+    """A checkpoint's files in memory (execution_graph.checkpoint.CheckpointFiles)."""
+
+    def __init__(self) -> None:
+        self.texts: dict[str, str] = {}
+
+    def read_text(self, name: str) -> str | None:
+        return self.texts.get(name)
+
+    def write_once(self, name: str, text: str) -> None:
+        self.texts.setdefault(name, text)
+
+    def replace(self, name: str, text: str) -> None:
+        self.texts[name] = text
+
+    def has_entries(self, name: str) -> bool:
+        return any(key.startswith(f"{name}/") for key in self.texts)
+
+
+def test_a_graph_resumes_only_the_checkpoint_made_for_it() -> None:
     record = GraphRecord(
         query_id="a",
         source=QuerySource(name="a", kind=QueryKind.SQL, text="--"),
@@ -123,12 +151,31 @@ def test_a_graph_resumes_only_the_checkpoint_made_for_it(tmp_path: Path) -> None
         topic="t",
         spark_query_id=new_spark_query_id(),
     )
-    checkpoint = tmp_path / "graph-a"
-    claim_checkpoint(checkpoint, record)  # first start: the id is written before Spark runs
-    claim_checkpoint(checkpoint, record)  # a restart finds its own id
+    files = Files()
+    claim_checkpoint(files, "graph-a", record)  # first start: the id is written before Spark runs
+    claim_checkpoint(files, "graph-a", record)  # a restart finds its own id
     stranger = record.model_copy(update={"spark_query_id": new_spark_query_id()})
-    with pytest.raises(GraphStartFailed, match="--reset-namespace"):
-        claim_checkpoint(checkpoint, stranger)
+    with pytest.raises(GraphStartFailed, match=r"belongs to Spark query .*--reset-namespace"):
+        claim_checkpoint(files, "graph-a", stranger)
+
+
+def test_an_unreadable_checkpoint_metadata_is_told_apart_from_another_querys() -> None:
+    record = GraphRecord(
+        query_id="a",
+        source=QuerySource(name="a", kind=QueryKind.SQL, text="--"),
+        window_ms=10_000,
+        topic="t",
+        spark_query_id=new_spark_query_id(),
+    )
+    files = Files()
+    files.texts["metadata"] = '{"id": "4f2'  # a write cut short, before Spark ran a batch
+    claim_checkpoint(files, "graph-a", record)
+    assert record.spark_query_id is not None
+    assert record.spark_query_id in files.texts["metadata"]
+    files.texts["metadata"] = ""  # the same, once batches ran: refused, with what to do
+    files.texts["offsets/0"] = "v1"
+    with pytest.raises(GraphStartFailed, match=f"cannot be read.*restore the file with its id {record.spark_query_id}"):
+        claim_checkpoint(files, "graph-a", record)
 
 
 class CountingRedis(fakeredis.FakeRedis):
