@@ -132,6 +132,11 @@ def configure_logging(log_format: str = "console", level: str = "info", stream: 
     # kafka-python 3 warns whenever one of its network tasks takes over 100 ms ("It is blocking the
     # event loop"), which a busy machine causes, not a fault: shown only at debug.
     logging.getLogger("kafka.net.selector").setLevel(logging.NOTSET if numeric <= logging.DEBUG else logging.ERROR)
+    # kafka-python's connection chatter (a connect refused, a node disconnected, a metadata refresh
+    # failed: dozens of lines a second while a broker is away) goes to debug only. hotswap says an
+    # outage once when it begins and once when it ends (contract/outages.py), and any operation
+    # that fails for good says so itself, in one line.
+    logging.getLogger("kafka").setLevel(logging.NOTSET if numeric <= logging.DEBUG else logging.CRITICAL)
     proxy = logging.getLogger(PROXY_LOGGER)
     if not any(isinstance(f, BatchFunctionErrors) for f in proxy.filters):
         proxy.addFilter(BatchFunctionErrors())

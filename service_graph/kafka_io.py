@@ -9,6 +9,7 @@ import structlog
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from hotswap.contract.envelope import ROUTE_HEADER, marker_route
+from hotswap.contract.outages import KAFKA, OUTAGES
 from hotswap.contract.settings import Settings
 from hotswap.contract.windows import marker_event_time
 from hotswap.service_graph.routing import Marker
@@ -97,10 +98,14 @@ class MarkerWriter:
         with self._lock:
             if self._written.get(topic, -1) < watermark:
                 self._written[topic] = watermark
+        OUTAGES.up(KAFKA)
 
     def _refused(self, marker: Marker, error: BaseException) -> None:
         # Not recorded as written: the next batch or tick sends it again.
-        log.warning("watermark marker not written; it is sent again", query_id=marker.query_id, error=str(error))
+        OUTAGES.down(
+            KAFKA, f"{type(error).__name__}: {error}", "watermark markers, sent again at the next batch or tick"
+        )
+        log.debug("watermark marker not written; it is sent again", query_id=marker.query_id, error=str(error))
 
     def _forget_retired(self, topics: set[str]) -> None:
         """A graph that no longer receives markers is retired and its topic deleted: a producer that

@@ -26,6 +26,7 @@ from hotswap.contract.models import (
     new_spark_query_id,
 )
 from hotswap.contract.names import Keys
+from hotswap.contract.outages import KAFKA, OUTAGES, REDIS
 from hotswap.contract.settings import Settings, deprecated_names
 from hotswap.contract.source import SourceSpec
 from hotswap.execution_graph.errors import SchemaRefused
@@ -37,6 +38,7 @@ from hotswap.executor.control.lease import Lease
 from hotswap.executor.control.namespace import claim
 from hotswap.executor.control.swap import SwapProtocol
 from hotswap.executor.control.topics import Topics
+from hotswap.executor.control.transient import TransientErrorsPersisted
 from hotswap.executor.errors import ExecutorError, LeaseHeld
 from hotswap.service_graph.errors import ServiceGraphError
 from hotswap.service_graph.query import ServiceGraph
@@ -105,6 +107,7 @@ class Executor:
                 try:
                     self.tick()
                     failing_since = None
+                    OUTAGES.up(REDIS)  # a tick reads and writes Redis
                 except FATAL:
                     raise
                 except Exception as exc:
@@ -116,7 +119,14 @@ class Executor:
                             f"the executor loop kept failing for {OUTAGE_S:.0f}s ({type(exc).__name__}: "
                             f"{first_line(exc)}); fix the cause, then restart `hotswap run`"
                         ) from exc
-                    log.warning("executor tick failed; retrying", error=f"{type(exc).__name__}: {first_line(exc)}")
+                    error = f"{type(exc).__name__}: {first_line(exc)}"
+                    retrying = f"the executor's loop, for up to {OUTAGE_S:.0f}s"
+                    if isinstance(exc, redis.RedisError):
+                        OUTAGES.down(REDIS, error, retrying)
+                    elif isinstance(exc, TransientErrorsPersisted):
+                        OUTAGES.down(KAFKA, error, retrying)
+                    else:
+                        log.warning("executor tick failed; retrying", error=error)
                 stop.wait(TICK_S)
         finally:
             self._shutdown()

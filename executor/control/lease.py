@@ -20,6 +20,7 @@ import redis
 import structlog
 
 from hotswap.contract.errors import LeaseLost
+from hotswap.contract.outages import OUTAGES, REDIS
 from hotswap.executor.errors import LeaseHeld
 
 log = structlog.get_logger(__name__)
@@ -178,7 +179,8 @@ class Lease:
                     self._lost = "this executor lost its lease on the namespace (another executor took over); stopping"
                     return
                 self.renewals += 1
+                OUTAGES.up(REDIS)
             except redis.RedisError as exc:
                 # Redis may be restarting; keep trying until the lease would have expired anyway.
                 self.renewal_failures += 1
-                log.warning("lease renewal failed; retrying", error=str(exc))
+                OUTAGES.down(REDIS, str(exc), f"the lease's renewal, every {interval_s:.0f}s")

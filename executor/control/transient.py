@@ -14,6 +14,7 @@ from typing import TypeVar
 import structlog
 from kafka.errors import KafkaError
 
+from hotswap.contract.outages import KAFKA, OUTAGES
 from hotswap.executor.errors import ExecutorError
 
 log = structlog.get_logger(__name__)
@@ -48,7 +49,7 @@ def retry_transient(
     attempts = 0
     while True:
         try:
-            return action()
+            result = action()
         except KafkaError as exc:
             attempts += 1
             if not is_transient(exc):
@@ -58,9 +59,13 @@ def retry_transient(
                     f"{what} failed {attempts} times in {deadline_s:.0f}s with transient Kafka errors "
                     f"(last: {_one_line(exc)}); check the brokers, then retry"
                 ) from exc
-            log.warning("transient Kafka error; retrying", what=what, error=type(exc).__name__, attempt=attempts)
+            OUTAGES.down(KAFKA, _one_line(exc), f"{what}, for up to {deadline_s:.0f}s (retry_deadline)")
+            log.debug("transient Kafka error; retrying", what=what, error=type(exc).__name__, attempt=attempts)
             sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF_S)
+        else:
+            OUTAGES.up(KAFKA)
+            return result
 
 
 def _one_line(exc: KafkaError) -> str:

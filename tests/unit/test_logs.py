@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import structlog
 
+from hotswap.contract.outages import Outages
 from hotswap.executor.logs import configure_logging
 
 
@@ -36,12 +37,12 @@ def json_lines(stream: io.StringIO) -> list[dict[str, Any]]:
 def test_library_and_hotswap_lines_are_json_with_level_logger_time_and_context(stream: io.StringIO) -> None:
     configure_logging("json", "info", stream=stream)
     structlog.contextvars.bind_contextvars(namespace="blue")
-    logging.getLogger("kafka.conn").warning("broker %s is unreachable", "b1:9092")
+    logging.getLogger("urllib3.connectionpool").warning("host %s is unreachable", "b1:9092")
     structlog.get_logger("hotswap.executor.control.swap").bind(swap_id="s-1").info("swap cut", query_id="max")
 
     library, own = json_lines(stream)
-    assert library["event"] == "broker b1:9092 is unreachable"
-    assert (library["level"], library["logger"], library["namespace"]) == ("warning", "kafka.conn", "blue")
+    assert library["event"] == "host b1:9092 is unreachable"
+    assert (library["level"], library["logger"], library["namespace"]) == ("warning", "urllib3.connectionpool", "blue")
     assert own["event"] == "swap cut"
     assert (own["level"], own["logger"]) == ("info", "hotswap.executor.control.swap")
     assert (own["swap_id"], own["query_id"], own["namespace"]) == ("s-1", "max", "blue")
@@ -58,6 +59,25 @@ def test_chatty_libraries_stay_at_warning_unless_debug(stream: io.StringIO) -> N
     configure_logging("json", "debug", stream=stream)
     logging.getLogger("kafka.conn").debug("sending request")
     assert [line["event"] for line in json_lines(stream)] == ["sending request"]
+
+
+def test_an_outage_is_one_warning_when_it_begins_and_one_line_when_it_ends(stream: io.StringIO) -> None:
+    configure_logging("json", "info", stream=stream)
+    outages = Outages()
+    for _ in range(50):  # a broker away: kafka-python's chatter, and every retry, at debug only
+        logging.getLogger("kafka.conn").error("Connect attempt to <BrokerConnection node_id=1> returned error 111")
+        outages.down("Kafka", "NoBrokersAvailable", "the executor's loop, for up to 300s")
+        outages.down("Redis", "ConnectionError", "the lease's renewal, every 5s")
+    outages.up("Kafka")
+    outages.up("Kafka")
+    outages.up("Redis")
+    lines = [(line["level"], line["event"]) for line in json_lines(stream)]
+    assert lines == [
+        ("warning", "Kafka unreachable; retrying"),
+        ("warning", "Redis unreachable; retrying"),
+        ("info", "Kafka reachable again"),
+        ("info", "Redis reachable again"),
+    ]
 
 
 def test_configuring_again_replaces_the_handler(stream: io.StringIO) -> None:

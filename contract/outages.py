@@ -1,0 +1,55 @@
+"""An outage in two lines: one warning when a dependency (Kafka, Redis) goes away, saying what is
+retried and for how long, and one info line when it is back.
+
+Every part of the executor that retries a dependency reports here (the control loop, the transient
+retries, the lease's heartbeat, the marker writer); the retries themselves, and the client
+libraries' own connection chatter, go to the debug log (executor/logs.py).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+KAFKA = "Kafka"
+REDIS = "Redis"
+
+
+class Outages:
+    """Which dependencies are unreachable now, since when; says so once each way."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._since: dict[str, float] = {}
+
+    def down(self, dependency: str, error: str, retrying: str) -> None:
+        """`dependency` failed a call; `retrying` says what is retried, and for how long."""
+        with self._lock:
+            first = dependency not in self._since
+            if first:
+                self._since[dependency] = self._clock()
+        if first:
+            log.warning(f"{dependency} unreachable; retrying", error=error, retrying=retrying)
+        else:
+            log.debug(f"{dependency} still unreachable", error=error, retrying=retrying)
+
+    def up(self, dependency: str) -> None:
+        """A call to `dependency` succeeded."""
+        with self._lock:
+            since = self._since.pop(dependency, None)
+        if since is not None:
+            log.info(f"{dependency} reachable again", down_s=round(self._clock() - since, 1))
+
+    def is_down(self, dependency: str) -> bool:
+        with self._lock:
+            return dependency in self._since
+
+
+# One record per process: every client of a dependency reports to the same one.
+OUTAGES = Outages()
