@@ -144,6 +144,10 @@ class Settings(BaseSettings):
     # HOTSWAP_STATIC_TABLES: {"countries": {"path": "/data/countries", "format": "parquet"}}).
     static_tables: dict[str, StaticTable] = Field(default_factory=dict)
 
+    # Run on a Redis that may lose acknowledged writes (no append-only file, or appendfsync not
+    # "always"): a Redis crash may then lose a recorded cut, and a swap be decided twice.
+    redis_may_lose_writes: bool = False
+
     # Bounded waits.
     # How long the analysis of a submitted query (or of a dry run) may take before the query is
     # rejected (validation_timeout); its thread is abandoned, as Spark's analysis cannot be cancelled.

@@ -33,6 +33,7 @@ from hotswap.execution_graph.errors import SchemaRefused
 from hotswap.execution_graph.schemas import resolve
 from hotswap.execution_graph.user_query import first_line
 from hotswap.executor.control.dry_run import DryRuns
+from hotswap.executor.control.durability import check_durability
 from hotswap.executor.control.graphs import Graphs
 from hotswap.executor.control.lease import Lease
 from hotswap.executor.control.namespace import claim
@@ -86,6 +87,7 @@ class Executor:
 
     def run(self, initial: QuerySource | None, stop: threading.Event) -> None:
         """Run until `stop` is set; returns after stopping every query this executor started."""
+        check_durability(self._redis, self.settings)
         self._lease.acquire(self.settings.lease_wait.s)
         try:
             claim(self._redis, self.settings, self._topics, self._lease.token)

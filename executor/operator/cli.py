@@ -158,6 +158,7 @@ def run(
     from hotswap.contract.names import Keys
     from hotswap.execution_graph.source import load_query_source
     from hotswap.executor.control.controller import Executor
+    from hotswap.executor.control.durability import check_durability
     from hotswap.executor.control.lease import Lease
     from hotswap.executor.control.spark_session import build_spark_session, check_spark_target
     from hotswap.executor.operator.client import redis_client
@@ -189,6 +190,7 @@ def run(
     check_spark_target(settings)  # before the lease or Redis: a target that cannot work changes nothing
     source = load_query_source(query, name)
     client = redis_client(settings)
+    check_durability(client, settings)  # before Spark starts: a Redis that may lose a cut is refused at once
     Lease(client, Keys(settings.namespace).lease, settings.lease_ttl.ms).wait_until_free(settings.lease_wait.s)
     if reset_namespace:
         from hotswap.executor.control.namespace import reset

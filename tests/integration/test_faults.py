@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
+import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -281,3 +284,35 @@ def test_a_kafka_broker_restart_is_recovered_from(
         load.stop()
         truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
     check_two_versions(truth, client, record.id)
+
+
+def test_a_redis_that_may_lose_acknowledged_writes_is_refused_unless_the_operator_opts_out(
+    settings: Settings, tmp_path: Path
+) -> None:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("no redis-server on this machine")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # It fsyncs once a second: a crash may lose the last second's acknowledged writes.
+    lax_flags = ["--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--dir", str(tmp_path)]
+    lax = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", *lax_flags],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"redis://127.0.0.1:{port}/0"
+        wait_until(lambda: redis.Redis.from_url(url).ping(), 30, "the lax Redis to answer")
+        on_lax = changed(settings, redis_url=url)
+        refused = run_cli(on_lax, "run", "--query", str(COUNT_10S))
+        assert refused.returncode == 1, refused.stderr
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1, refused.stderr
+        assert lines[0].startswith("hotswap: Redis may lose acknowledged writes (appendfsync everysec)")
+        assert "HOTSWAP_REDIS_MAY_LOSE_WRITES=true" in lines[0]
+        assert not redis.Redis.from_url(url).keys("*")  # refused before anything was written
+    finally:
+        lax.terminate()
+        lax.wait(timeout=30)
