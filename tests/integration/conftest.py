@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,9 @@ class Services:
     # Stops "kafka" or "redis" (SIGTERM, its data kept), starts it again and waits until it answers.
     # None when the services are external.
     restart: Callable[[str], None] | None = None
+    # Kills Kafka and Redis together (SIGKILL, their data kept), keeps both away for that many
+    # seconds, starts them again and waits until they answer. None when the services are external.
+    outage: Callable[[float], None] | None = None
 
 
 def _route() -> str:
@@ -74,7 +78,7 @@ def services() -> Iterator[Services]:
         from tests.integration.containers import container_services
 
         with container_services(KAFKA_PORT, KAFKA_CONTROLLER_PORT, REDIS_PORT) as running:
-            yield Services(running.bootstrap, running.redis_url, "containers", running.restart)
+            yield Services(running.bootstrap, running.redis_url, "containers", running.restart, running.outage)
         return
     settings = Settings(
         home=TEST_STACK_HOME,
@@ -88,7 +92,13 @@ def services() -> Iterator[Services]:
     stack = EmbeddedStack(settings)
     stack.up(timeout_s=180)
     try:
-        yield Services(settings.bootstrap, settings.redis_dsn, "embedded", lambda name: _restart(stack, name))
+        yield Services(
+            settings.bootstrap,
+            settings.redis_dsn,
+            "embedded",
+            lambda name: _restart(stack, name),
+            lambda seconds: _outage(stack, seconds),
+        )
     finally:
         stack.down()
 
@@ -109,6 +119,17 @@ def _restart(stack: EmbeddedStack, name: str) -> None:
     assert pid is not None
     os.kill(pid, signal.SIGTERM)
     wait_until(lambda: _process_gone(pid), 120, f"{name} to exit")
+    stack.up()
+
+
+def _outage(stack: EmbeddedStack, seconds: float) -> None:
+    """SIGKILL the embedded broker and Redis together, wait `seconds`, and start both again."""
+    began = time.monotonic()
+    pids = [s.pid for s in stack.status() if s.name in ("kafka", "redis") and s.pid is not None]
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: all(_process_gone(pid) for pid in pids), 60, "Kafka and Redis to die")
+    time.sleep(max(0.0, seconds - (time.monotonic() - began)))  # the outage itself: nothing to poll for
     stack.up()
 
 

@@ -156,6 +156,22 @@ class ContainerServices:
                 raise AssertionError(f"{name} did not answer within {START_TIMEOUT_S}s of its container's restart")
             time.sleep(0.5)
 
+    def outage(self, seconds: float) -> None:
+        """SIGKILL both containers (their files stay), keep them down `seconds`, start them again
+        and wait until both answer."""
+        began = time.monotonic()
+        containers = [c.get_wrapped_container() for c in (self.kafka, self.redis)]
+        for container in containers:
+            container.kill()
+        time.sleep(max(0.0, seconds - (time.monotonic() - began)))  # the outage itself: nothing to poll for
+        for container in containers:
+            container.start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not (self._kafka_answers() and self._redis_answers()):
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"Kafka and Redis did not answer within {START_TIMEOUT_S}s of their restart")
+            time.sleep(0.5)
+
     def _kafka_answers(self) -> bool:
         return kafka_answers({"bootstrap_servers": [self.bootstrap]})
 

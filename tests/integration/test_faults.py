@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import socket
@@ -316,3 +317,42 @@ def test_a_redis_that_may_lose_acknowledged_writes_is_refused_unless_the_operato
     finally:
         lax.terminate()
         lax.wait(timeout=30)
+
+
+def test_kafka_and_redis_away_together_during_a_drain_are_ridden_out_and_said_in_a_few_lines(
+    services: Services, settings: Settings, client: Client, control: redis.Redis, tmp_path: Path
+) -> None:
+    if services.outage is None:
+        pytest.skip("Kafka and Redis are external here: the tests cannot stop them")
+    spec = GeneratorSpec(rate=300, keys=3, seed=37, disorder_ms=300, time_scale=10, start_ts=T0)
+    executor = ExecutorProcess(settings, COUNT_10S, tmp_path)
+    try:
+        executor.wait_serving(control, Keys(settings.namespace))
+        with continuous_load(settings, spec) as load:
+            wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
+            record = client.submit(MAX_30S)
+            client.wait_for(record.id, lambda r: r.state.is_draining, 120, "the drain")
+            before = len(executor.log_path.read_text().splitlines())
+            services.outage(15)
+            done = client.wait_until_done(record.id, 240)
+            during = executor.log_path.read_text().splitlines()[before:]
+            cut = int(done.cut_window_end or 0)
+            wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 60_000, 180, "new windows")
+            load.stop()
+            truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
+    finally:
+        executor.stop()
+    check_two_versions(truth, client, record.id)
+    # What the operator reads about the outage at info level: the executor's warnings and errors, and
+    # its lines about Kafka or Redis (anything not JSON is a library or the JVM speaking).
+    said = []
+    for line in during:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            said.append(line)
+            continue
+        event = str(entry.get("event", ""))
+        if entry.get("level") in ("warning", "error", "critical") or "Kafka" in event or "Redis" in event:
+            said.append(f"{entry.get('level')}: {event} {entry.get('error', '')}")
+    assert len(said) <= 4, "\n".join(said)
