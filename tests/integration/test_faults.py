@@ -305,7 +305,14 @@ def test_a_redis_that_may_lose_acknowledged_writes_is_refused_unless_the_operato
     )
     try:
         url = f"redis://127.0.0.1:{port}/0"
-        wait_until(lambda: redis.Redis.from_url(url).ping(), 30, "the lax Redis to answer")
+
+        def answers() -> bool:
+            try:
+                return bool(redis.Redis.from_url(url).ping())
+            except redis.ConnectionError:
+                return False
+
+        wait_until(answers, 30, "the lax Redis to answer")
         on_lax = changed(settings, redis_url=url)
         refused = run_cli(on_lax, "run", "--query", str(COUNT_10S))
         assert refused.returncode == 1, refused.stderr
@@ -319,19 +326,21 @@ def test_a_redis_that_may_lose_acknowledged_writes_is_refused_unless_the_operato
         lax.wait(timeout=30)
 
 
-def test_kafka_and_redis_away_together_during_a_drain_are_ridden_out_and_said_in_a_few_lines(
+def test_kafka_and_redis_away_together_after_a_cut_are_ridden_out_and_said_in_a_few_lines(
     services: Services, settings: Settings, client: Client, control: redis.Redis, tmp_path: Path
 ) -> None:
     if services.outage is None:
         pytest.skip("Kafka and Redis are external here: the tests cannot stop them")
     spec = GeneratorSpec(rate=300, keys=3, seed=37, disorder_ms=300, time_scale=10, start_ts=T0)
-    executor = ExecutorProcess(settings, COUNT_10S, tmp_path)
+    # The lease outlives the outage (the default, 15 s, would not): an outage longer than the lease
+    # stops the executor, in one line, for its supervisor to restart it (README, "Infrastructure").
+    executor = ExecutorProcess(settings, COUNT_10S, tmp_path, env={"HOTSWAP_LEASE_TTL": "30s"})
     try:
         executor.wait_serving(control, Keys(settings.namespace))
         with continuous_load(settings, spec) as load:
             wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
             record = client.submit(MAX_30S)
-            client.wait_for(record.id, lambda r: r.state.is_draining, 120, "the drain")
+            client.wait_for(record.id, lambda r: r.state.is_past_cut, 120, "the cut")
             before = len(executor.log_path.read_text().splitlines())
             services.outage(15)
             done = client.wait_until_done(record.id, 240)

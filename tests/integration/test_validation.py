@@ -657,6 +657,7 @@ def test_a_query_reads_the_static_tables_the_operator_lists_and_sees_nothing_of_
     spark: SparkSession, services: Services, tmp_path: Path
 ) -> None:
     keys = tmp_path / "keys"
+    spark.catalog.dropTempView("events")  # another test's, made on this session by hand
     spark.createDataFrame([("k1", "north"), ("k2", "south")], "key STRING, region STRING").write.parquet(str(keys))
     tables = {"regions": StaticTable(path=str(keys))}
     session = isolated_session(spark, tables)
