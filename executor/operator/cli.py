@@ -189,7 +189,7 @@ def run(
     settings.source_spec()  # a bad source declaration fails here, in one line, before anything starts
     check_spark_target(settings)  # before the lease or Redis: a target that cannot work changes nothing
     source = load_query_source(query, name)
-    client = redis_client(settings)
+    client = redis_client(settings, report_outages=True)
     check_durability(client, settings)  # before Spark starts: a Redis that may lose a cut is refused at once
     Lease(client, Keys(settings.namespace).lease, settings.lease_ttl.ms).wait_until_free(settings.lease_wait.s)
     if reset_namespace:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -24,6 +25,7 @@ from hotswap.contract.models import (
     ShadowDiff,
 )
 from hotswap.contract.names import Keys
+from hotswap.contract.outages import OUTAGES, REDIS
 from hotswap.contract.phases import clock
 from hotswap.contract.plans import DRY_RUN_TTL_S, DryRunPlan, DryRunRequest
 from hotswap.contract.reasons import ReasonCode
@@ -56,11 +58,34 @@ from hotswap.executor.errors import ExecutorError, Interrupted, SubmitRejected, 
 from hotswap.service_sink.audit import read_results
 from hotswap.service_sink.diff import compare
 
+T = TypeVar("T")
 
-def redis_client(settings: Settings, retries: int = 40) -> redis.Redis:
+
+class ReportedRetry(Retry):
+    """redis-py's retry, which also says when Redis goes away and when it is back, once each
+    (contract/outages.py): the executor's client, whose commands ride out an outage silently."""
+
+    def call_with_retry(  # the same call, its failure handler wrapped
+        self,
+        do: Callable[[], T],
+        fail: Callable[..., Any],
+        is_retryable: Callable[[Exception], bool] | None = None,
+        with_failure_count: bool = False,
+    ) -> T:
+        def report(error: Exception, *count: int) -> Any:
+            OUTAGES.down(REDIS, f"{type(error).__name__}: {error}", "each Redis command, for about a minute")
+            return fail(error, *count)
+
+        result = super().call_with_retry(do, report, is_retryable, with_failure_count)
+        OUTAGES.up(REDIS)
+        return result
+
+
+def redis_client(settings: Settings, retries: int = 40, *, report_outages: bool = False) -> redis.Redis:
     """A client that rides out a Redis restart: by default each command retries with back-off for
     about a minute before it gives up, so a restarted Redis (reloading its append-only file) is
-    waited for. One-shot CLI commands pass fewer retries, to fail fast when the stack is down.
+    waited for. One-shot CLI commands pass fewer retries, to fail fast when the stack is down. The
+    executor's client reports an outage (`report_outages`) in one line each way.
 
     Wrong credentials are not worth retrying (redis-py counts them as connection errors), so
     they are checked once up front.
@@ -79,7 +104,7 @@ def redis_client(settings: Settings, retries: int = 40) -> redis.Redis:
         socket_timeout=10,
         socket_connect_timeout=5,
         health_check_interval=30,
-        retry=Retry(ExponentialBackoff(cap=2.0, base=0.1), retries=retries),
+        retry=(ReportedRetry if report_outages else Retry)(ExponentialBackoff(cap=2.0, base=0.1), retries=retries),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError],
     )
 

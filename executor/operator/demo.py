@@ -82,7 +82,7 @@ def run_demo(
     console.print("stack up; starting Spark and the executor ...")
     spark = build_spark_session(settings)
     client = Client(settings, redis_client(settings))
-    executor = Executor(settings, spark, redis_client(settings))
+    executor = Executor(settings, spark, redis_client(settings, report_outages=True))
     monitor = _serve_monitor(settings, executor)
     console.print(
         f"dashboard [link={monitor.url}]{monitor.url}[/link]   metrics {monitor.url}metrics\n"

@@ -364,4 +364,5 @@ def test_kafka_and_redis_away_together_after_a_cut_are_ridden_out_and_said_in_a_
         event = str(entry.get("event", ""))
         if entry.get("level") in ("warning", "error", "critical") or "Kafka" in event or "Redis" in event:
             said.append(f"{entry.get('level')}: {event} {entry.get('error', '')}")
+    assert any("Redis unreachable" in line for line in said), "\n".join(said)  # it is said, not hidden
     assert len(said) <= 4, "\n".join(said)

@@ -10,10 +10,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 import structlog
+from redis.backoff import NoBackoff
 
 from hotswap.contract.outages import Outages
 from hotswap.executor.logs import configure_logging
+from hotswap.executor.operator.client import ReportedRetry
 
 
 @pytest.fixture
@@ -89,3 +92,20 @@ def test_configuring_again_replaces_the_handler(stream: io.StringIO) -> None:
     assert "retrying" in lines[0]
     assert "[urllib3.connectionpool]" in lines[0]
     assert not lines[0].startswith("{")
+
+
+def test_the_executors_redis_client_says_an_outage_once_each_way(stream: io.StringIO) -> None:
+    configure_logging("json", "info", stream=stream)
+    retry = ReportedRetry(NoBackoff(), retries=5)
+    failures = iter([redis.ConnectionError("refused")] * 3)
+
+    def command() -> str:
+        error = next(failures, None)
+        if error is not None:
+            raise error
+        return "PONG"
+
+    assert retry.call_with_retry(command, lambda error: None) == "PONG"
+    assert retry.call_with_retry(command, lambda error: None) == "PONG"
+    lines = [(line["level"], line["event"]) for line in json_lines(stream)]
+    assert lines == [("warning", "Redis unreachable; retrying"), ("info", "Redis reachable again")]
