@@ -48,8 +48,10 @@ def prepare_query(source: QuerySource, tables: Collection[str] = ()) -> QueryFun
     """The user's query as a function of `events`, for a graph that applies it again to each batch
     of rows (a closing graph): a `.py` file's module is loaded once, here; its `query` function,
     or the SQL text's analysis, runs at each call. Each call raises QueryRejected with a one-line
-    reason. The first call's plan is checked for what it reads and calls (`check_plan`): the same
-    text makes the same plan, and a `.py` query is code the operator chose to trust."""
+    reason. The first call checks the SQL text before anything runs (`check_text`) and the plan for
+    what it reads and calls (`check_plan`); later calls (a closing graph's batches) do not pay for
+    it again: the same text makes the same plan, and a `.py` query is code the operator chose to
+    trust."""
     if source.kind is QueryKind.SQL:
         apply: QueryFunction = lambda events: _apply_sql(events, source)  # noqa: E731
     else:
@@ -58,8 +60,11 @@ def prepare_query(source: QuerySource, tables: Collection[str] = ()) -> QueryFun
     checked = threading.Event()
 
     def confined(events: DataFrame) -> DataFrame:
+        first = not checked.is_set()
+        if first and source.kind is QueryKind.SQL:
+            check_text(events.sparkSession, source)  # parsed only: nothing in it has run yet
         output = apply(events)
-        if not checked.is_set():
+        if first:
             session = events.sparkSession
             check_plan(source, output, [events, *(session.table(name) for name in tables)])
             checked.set()
@@ -73,7 +78,6 @@ def _apply_sql(events: DataFrame, source: QuerySource) -> DataFrame:
     # query's session, not the one the graph was started from. That session is the graph's own
     # (confinement.isolated_session), never the executor's.
     spark = events.sparkSession
-    check_text(spark, source)
     with _view_lock:
         events.createOrReplaceTempView(EVENTS_VIEW)
         try:

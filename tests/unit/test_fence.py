@@ -143,14 +143,18 @@ class Files:
         return any(key.startswith(f"{name}/") for key in self.texts)
 
 
-def test_a_graph_resumes_only_the_checkpoint_made_for_it() -> None:
-    record = GraphRecord(
+def graph_record() -> GraphRecord:
+    return GraphRecord(
         query_id="a",
         source=QuerySource(name="a", kind=QueryKind.SQL, text="--"),
         window_ms=10_000,
         topic="t",
         spark_query_id=new_spark_query_id(),
     )
+
+
+def test_a_graph_resumes_only_the_checkpoint_made_for_it() -> None:
+    record = graph_record()
     files = Files()
     claim_checkpoint(files, "graph-a", record)  # first start: the id is written before Spark runs
     claim_checkpoint(files, "graph-a", record)  # a restart finds its own id
@@ -160,13 +164,7 @@ def test_a_graph_resumes_only_the_checkpoint_made_for_it() -> None:
 
 
 def test_an_unreadable_checkpoint_metadata_is_told_apart_from_another_querys() -> None:
-    record = GraphRecord(
-        query_id="a",
-        source=QuerySource(name="a", kind=QueryKind.SQL, text="--"),
-        window_ms=10_000,
-        topic="t",
-        spark_query_id=new_spark_query_id(),
-    )
+    record = graph_record()
     files = Files()
     files.texts["metadata"] = '{"id": "4f2'  # a write cut short, before Spark ran a batch
     claim_checkpoint(files, "graph-a", record)
