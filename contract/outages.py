@@ -18,6 +18,7 @@ log = structlog.get_logger(__name__)
 
 KAFKA = "Kafka"
 REDIS = "Redis"
+SETTLE_S = 1.0
 
 
 class Outages:
@@ -40,11 +41,16 @@ class Outages:
             log.debug(f"{dependency} still unreachable", error=error, retrying=retrying)
 
     def up(self, dependency: str) -> None:
-        """A call to `dependency` succeeded."""
+        """A call to `dependency` succeeded. Within SETTLE_S of the first failure, a success does not
+        end the outage: it may be a call that began before the dependency went away, finishing on
+        another thread (seen: "unreachable", "reachable again" and "unreachable" in one second)."""
+        now = self._clock()
         with self._lock:
-            since = self._since.pop(dependency, None)
-        if since is not None:
-            log.info(f"{dependency} reachable again", down_s=round(self._clock() - since, 1))
+            since = self._since.get(dependency)
+            if since is None or now - since < SETTLE_S:
+                return
+            del self._since[dependency]
+        log.info(f"{dependency} reachable again", down_s=round(now - since, 1))
 
     def is_down(self, dependency: str) -> bool:
         with self._lock:

@@ -14,6 +14,7 @@ import redis
 import structlog
 from redis.backoff import NoBackoff
 
+from hotswap.contract import outages
 from hotswap.contract.outages import Outages
 from hotswap.executor.logs import configure_logging
 from hotswap.executor.operator.client import ReportedRetry
@@ -66,11 +67,14 @@ def test_chatty_libraries_stay_at_warning_unless_debug(stream: io.StringIO) -> N
 
 def test_an_outage_is_one_warning_when_it_begins_and_one_line_when_it_ends(stream: io.StringIO) -> None:
     configure_logging("json", "info", stream=stream)
-    outages = Outages()
+    now = [0.0]
+    outages = Outages(clock=lambda: now[0])
     for _ in range(50):  # a broker away: kafka-python's chatter, and every retry, at debug only
         logging.getLogger("kafka.conn").error("Connect attempt to <BrokerConnection node_id=1> returned error 111")
         outages.down("Kafka", "NoBrokersAvailable", "the executor's loop, for up to 300s")
         outages.down("Redis", "ConnectionError", "the lease's renewal, every 5s")
+    outages.up("Redis")  # a call that began before Redis went away, ending on another thread: not the end
+    now[0] = 15.0
     outages.up("Kafka")
     outages.up("Kafka")
     outages.up("Redis")
@@ -94,9 +98,12 @@ def test_configuring_again_replaces_the_handler(stream: io.StringIO) -> None:
     assert not lines[0].startswith("{")
 
 
-def test_the_executors_redis_client_says_an_outage_once_each_way(stream: io.StringIO) -> None:
+def test_the_executors_redis_client_says_an_outage_once_each_way(
+    stream: io.StringIO, monkeypatch: pytest.MonkeyPatch
+) -> None:
     configure_logging("json", "info", stream=stream)
     retry = ReportedRetry(NoBackoff(), retries=5)
+    monkeypatch.setattr(outages, "SETTLE_S", 0.0)  # this test's outage lasts microseconds
     failures = iter([redis.ConnectionError("refused")] * 3)
 
     def command() -> str:
