@@ -26,7 +26,7 @@ WINDOWED = (
 def redis_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> fakeredis.FakeServer:
     """A namespace with one ended swap, and no executor (no lease)."""
     server = fakeredis.FakeServer()
-    monkeypatch.setattr(client, "redis_client", lambda settings, retries=40: fakeredis.FakeRedis(server=server))
+    monkeypatch.setattr(client, "redis_client", lambda *args, **kwargs: fakeredis.FakeRedis(server=server))
     monkeypatch.setattr(cli, "configure_logging", lambda *args, **kwargs: None)
     for name in list(os.environ):
         if name.startswith("HOTSWAP_"):

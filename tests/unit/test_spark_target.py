@@ -80,7 +80,8 @@ def test_classic_masters_are_accepted() -> None:
 
 def test_run_passes_spark_master_to_the_session(monkeypatch: pytest.MonkeyPatch, query: Path) -> None:
     server = fakeredis.FakeServer()
-    monkeypatch.setattr(client, "redis_client", lambda settings, retries=40: fakeredis.FakeRedis(server=server))
+    monkeypatch.setattr(client, "redis_client", lambda *args, **kwargs: fakeredis.FakeRedis(server=server))
+    monkeypatch.setenv("HOTSWAP_REDIS_MAY_LOSE_WRITES", "true")  # fakeredis has no CONFIG GET to read
     seen: list[Settings] = []
 
     def fake_session(settings: Settings) -> NoReturn:
