@@ -19,7 +19,7 @@ class ReasonCode(StrEnum):
         "query_not_a_query"  # SQL text that is a command (SET, CREATE, INSERT, ...) or several statements
     )
     QUERY_READS_OUTSIDE = "query_reads_outside"  # reads a file, a catalog table or a source besides its input
-    QUERY_FUNCTION_REFUSED = "query_function_refused"  # calls reflection (java_method, ...) or a catalog function
+    QUERY_FUNCTION_REFUSED = "query_function_refused"  # calls reflection (java_method, ...) or a qualified function
     QUERY_KIND_REFUSED = "query_kind_refused"  # a .py query where the operator allows only SQL (query_kinds)
     QUERY_TOO_LARGE = "query_too_large"  # a query file over 256 KiB
     VALIDATION_TIMEOUT = "validation_timeout"  # its analysis did not end within validation_timeout
