@@ -1,5 +1,6 @@
 """Query lifecycle helpers shared by the service graph and the execution graphs: stopping a
-streaming query politely, and the restart budget of a failed one."""
+streaming query politely, the restart budget of a failed one, and the watch on a batch that runs too
+long."""
 
 from __future__ import annotations
 
@@ -41,6 +42,55 @@ def stop_between_batches(query: StreamingQueryLike, timeout_s: float = 10.0) -> 
     waited = time.monotonic()
     query.stop()
     return StopTimes(waited_s=round(waited - started, 3), stop_s=round(time.monotonic() - waited, 3))
+
+
+class WatchedQuery(StreamingQueryLike, Protocol):
+    @property
+    def lastProgress(self) -> Any: ...
+
+
+LOOK_EVERY_S = 1.0  # how often the watch reads a query's status (two py4j calls)
+
+
+@dataclass
+class BatchWatch:
+    """How long a query's batch in flight has run, from what Spark says at each look: whether a
+    trigger is active, and the id of the last batch it finished. A batch that runs longer than
+    `limit_s` (batch_stall_timeout) has stalled: a hung task, a cluster that lost its executors."""
+
+    limit_s: float | None  # None: the watch is off
+    since: float | None = None  # when the batch in flight was first seen
+    after: int | None = None  # the last finished batch at that moment
+    reported: bool = False  # this batch's stall was reported already
+    looked: float = float("-inf")
+
+    def look(self, query: WatchedQuery, now: float) -> float | None:
+        """The seconds the query's batch in flight has run, the first time they pass the limit for
+        that batch; None otherwise."""
+        if self.limit_s is None or now - self.looked < LOOK_EVERY_S:
+            return None
+        self.looked = now
+        active = bool(query.isActive and query.status.get("isTriggerActive"))
+        last = query.lastProgress if active else None
+        return self.seen(active, None if not last else int(last["batchId"]), now)
+
+    def seen(self, active: bool, last_batch: int | None, now: float) -> float | None:
+        """`look` without Spark: what the query said (tests drive it with a clock of their own)."""
+        if not active:
+            self.since, self.reported = None, False
+            return None
+        if self.since is None or last_batch != self.after:
+            self.since, self.after, self.reported = now, last_batch, False
+        running = now - self.since
+        if self.limit_s is None or running <= self.limit_s or self.reported:
+            return None
+        self.reported = True
+        return running
+
+
+def stall_text(running_s: float, limit: object) -> str:
+    """The one line a stalled batch is reported with."""
+    return f"a batch ran {running_s:.0f}s, longer than batch_stall_timeout ({limit}); it was cancelled"
 
 
 HEALTHY_RESET_S = 300.0  # a query that stays up this long after a restart gets its full budget back

@@ -13,6 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+# Counter names in the counters hash that are followed by a query id (or `service`).
+STALLED = "stalled_batches:"  # batches cancelled for running longer than batch_stall_timeout
+
 
 @dataclass(frozen=True)
 class Keys:
@@ -94,7 +97,8 @@ class Keys:
 
     @property
     def counters(self) -> str:
-        """Hash of counters: late_records, dead_letter_records, expired_records."""
+        """Hash of counters: late_records, dead_letter_records, expired_records, stalled batches
+        (`STALLED` + the query id, or `service`)."""
         return f"{self.prefix}:counters"
 
     @property

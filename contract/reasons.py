@@ -39,5 +39,11 @@ class ReasonCode(StrEnum):
     # -- stranded: after the cut; its rows wait in its topic ----------------------------------
     QUERY_FAILED_AFTER_CUT = "query_failed_after_cut"  # the new query kept failing past its restarts
 
+    # -- past the cut, the old graph: its drain waits for an operator -------------------------
+    DRAIN_STALLED = "drain_stalled"  # the old graph's batches kept stalling (batch_stall_timeout) in its drain
+
+    # -- said in the log and counted, not a swap's end ----------------------------------------
+    BATCH_STALLED = "batch_stalled"  # a batch ran over batch_stall_timeout; cancelled, its query restarted
+
     # -- aborted ------------------------------------------------------------------------------
     ABORTED_BY_OPERATOR = "aborted_by_operator"  # `hotswap abort` or `hotswap rollback` before the cut

@@ -153,6 +153,10 @@ class Settings(BaseSettings):
     # rejected (validation_timeout); its thread is abandoned, as Spark's analysis cannot be cancelled.
     validation_timeout: Duration = Duration(120_000, "120s")
     deploy_timeout: Duration = Duration(120_000, "120s")
+    # A micro-batch of the service graph or of an execution graph that runs longer than this has
+    # stalled (a hung task, a cluster that lost its executors): it is cancelled, counted, and its
+    # query restarted from its checkpoint (one of query_restarts). "off" (None): no watch.
+    batch_stall_timeout: OffOrDuration = Duration(300_000, "300s")
     # How long a deployed swap waits for its cut. HOTSWAP_DRAIN_TIMEOUT (and drain_timeout in TOML),
     # its name before 0.2, still works and is deprecated: it never bounded the drain.
     cut_timeout: Duration = Field(

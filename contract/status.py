@@ -151,6 +151,9 @@ class ServiceStatus(StatusPart):
     watermark: int | None = Field(description="The service watermark every execution graph closes its windows on.")
     last_batch: int = Field(description="The last routed batch (-1: none yet).")
     partitions: dict[str, PartitionStatus] = Field(description="By source partition number, in ascending order.")
+    stalled_batches: int = Field(
+        default=0, ge=0, description="Its batches cancelled for running longer than batch_stall_timeout."
+    )
 
 
 class ProgressStatus(StatusPart):
@@ -189,6 +192,9 @@ class GraphStatus(StatusPart):
         "once, as a batch, when every partition's marker has passed it).",
     )
     partitions: int = Field(default=1, ge=1, description="Partitions of its input topic, each read by one Spark task.")
+    stalled_batches: int = Field(
+        default=0, ge=0, description="Its batches cancelled for running longer than batch_stall_timeout."
+    )
 
 
 class Status(StatusPart):

@@ -27,7 +27,7 @@ import structlog
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from hotswap.contract.lifecycle import stop_between_batches
+from hotswap.contract.lifecycle import BatchWatch, stall_text, stop_between_batches
 from hotswap.contract.models import GraphEngine, GraphRecord
 from hotswap.contract.settings import Settings
 from hotswap.contract.source import SourceSpec
@@ -101,6 +101,8 @@ class GraphRunner:
         self._starting: dict[str, Future[StreamingQuery]] = {}
         self._unwanted: set[str] = set()  # stopped while starting: stopped again once started
         self._closers: dict[str, WindowCloser] = {}  # the closing graphs' batch functions
+        self._watches: dict[str, BatchWatch] = {}  # each graph's batch in flight (batch_stall_timeout)
+        self._stalls: dict[str, str] = {}  # graphs whose stalled batch was cancelled: why
 
     @staticmethod
     def reads(record: GraphRecord) -> SourceSpec:
@@ -285,6 +287,8 @@ class GraphRunner:
         """Start a graph whose query died again, from its checkpoint."""
         with self._lock:
             self._queries.pop(record.query_id, None)
+            self._stalls.pop(record.query_id, None)
+            self._watches.pop(record.query_id, None)
         return self.start(record, writer)
 
     def failure(self, query_id: str) -> str | None:
@@ -292,14 +296,40 @@ class GraphRunner:
         query = self.query(query_id)
         if query is None or query.isActive:
             return None
+        with self._lock:
+            stall = self._stalls.get(query_id)
+        if stall is not None:
+            return stall
         failure = query.exception()
         return first_line(failure) if failure is not None else "stopped"
+
+    def watch(self, query_id: str, now: float) -> str | None:
+        """Look at the graph's batch in flight. One that has run longer than batch_stall_timeout is
+        cancelled (its query stopped, on a thread of its own: a hung batch may take long to stop) and
+        its graph reported failed with the stall (`failure`), so supervision restarts it from its
+        checkpoint, which replays the batch exactly once. Returns the stall's line the first time."""
+        query = self.query(query_id)
+        if query is None:
+            return None
+        limit = self._settings.batch_stall_timeout
+        with self._lock:
+            watch = self._watches.setdefault(query_id, BatchWatch(None if limit is None else limit.s))
+        running = watch.look(query, now)
+        if running is None:
+            return None
+        stall = stall_text(running, limit)
+        with self._lock:
+            self._stalls[query_id] = stall
+        threading.Thread(target=query.stop, name=f"hotswap-cancel-{query_id}", daemon=True).start()
+        return stall
 
     def stop(self, query_id: str, *, finish_batch: bool = True) -> None:
         """Stop the graph's query; with `finish_batch`, after its batch in flight (up to 10 s)."""
         with self._lock:
             query = self._queries.pop(query_id, None)
             self._closers.pop(query_id, None)
+            self._stalls.pop(query_id, None)
+            self._watches.pop(query_id, None)
             if query_id in self._starting:
                 self._unwanted.add(query_id)  # stopped by its starting thread once it runs
                 self._starting.pop(query_id)

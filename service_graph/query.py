@@ -33,9 +33,10 @@ from hotswap.contract.causes import is_checkpoint_conflict, root_cause
 from hotswap.contract.faults import crash_point
 from hotswap.contract.fence import Batch, Fence, fenced_write
 from hotswap.contract.journal import Journal, SwapPhase, SwapRecord, active_swap
-from hotswap.contract.lifecycle import RestartBudget, stop_between_batches
+from hotswap.contract.lifecycle import BatchWatch, RestartBudget, stall_text, stop_between_batches
 from hotswap.contract.models import GraphRecord, RoutingPlan, ServiceState, now_ms
-from hotswap.contract.names import Keys
+from hotswap.contract.names import STALLED, Keys
+from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.records import read_current, read_graphs_named, read_service_state
 from hotswap.contract.settings import Settings
 from hotswap.contract.source import SourceFormat, SourceSpec
@@ -82,6 +83,8 @@ class ServiceGraph:
         self._last_advance = 0.0
         self.query: StreamingQuery | None = None
         self._restarts = RestartBudget(settings.query_restarts, settings.query_restart_backoff.s)
+        self._watch = BatchWatch(None)  # the batch in flight (batch_stall_timeout); set at each start
+        self._stall: str | None = None  # why the running query was cancelled, if it stalled
         self._source_spec: SourceSpec | None = None  # the namespace's resolved source, from start()
         self._readings: dict[str | None, Reading] = {}  # by the schema records are checked against
         self._partitions = 0  # the source topic's partition count, as last read
@@ -115,6 +118,8 @@ class ServiceGraph:
         )
         if settings.processing_time is not None:
             writer = writer.trigger(processingTime=settings.processing_time)
+        limit = settings.batch_stall_timeout
+        self._watch, self._stall = BatchWatch(None if limit is None else limit.s), None
         self.query = writer.start()
         log.info("service graph started", query=settings.names.service_query, source=settings.source_topic)
         return self.query
@@ -124,11 +129,13 @@ class ServiceGraph:
         the configured restarts, raise so the executor stops and says why."""
         query = self.query
         now = time.monotonic()
+        if query is not None and query.isActive:
+            self._watch_batch(query, now)
         if query is None or query.isActive:
             self._restarts.healthy(now)
             return
         failure = query.exception()
-        reason = root_cause(failure) if failure is not None else "it stopped"
+        reason = self._stall or (root_cause(failure) if failure is not None else "it stopped")
         if is_checkpoint_conflict(str(failure)) and self._restarts.forgives_conflict(
             now, self._settings.retry_deadline.s
         ):
@@ -147,6 +154,22 @@ class ServiceGraph:
             log.warning("service graph failed; restarting from its checkpoint", error=reason)
         if self._restarts.restart_due(now):
             self.start()
+
+    def _watch_batch(self, query: StreamingQuery, now: float) -> None:
+        """A batch that runs longer than batch_stall_timeout is cancelled (the query stopped on a
+        thread of its own: a hung batch may take long to stop), counted and said; `supervise` then
+        restarts the query from its checkpoint like any failure, and the batch is replayed."""
+        running = self._watch.look(query, now)
+        if running is None:
+            return
+        self._stall = stall_text(running, self._settings.batch_stall_timeout)
+        fenced_write(self._redis, self._fence, lambda batch: batch.hincrby(self._keys.counters, f"{STALLED}service", 1))
+        log.warning(
+            "service graph's batch stalled; restarting it from its checkpoint",
+            reason=self._stall,
+            reason_code=ReasonCode.BATCH_STALLED,
+        )
+        threading.Thread(target=query.stop, name="hotswap-cancel-service", daemon=True).start()
 
     def stop(self) -> None:
         if self.query is not None and self.query.isActive:

@@ -19,8 +19,9 @@ from hotswap.contract.errors import TimeoutExpired
 from hotswap.contract.fence import Batch, Fence, fenced_write
 from hotswap.contract.lifecycle import RestartBudget
 from hotswap.contract.models import CurrentQuery, GraphEngine, GraphRecord, GraphState, QuerySource, now_ms
-from hotswap.contract.names import Keys
+from hotswap.contract.names import STALLED, Keys
 from hotswap.contract.ownership import OwnershipReader
+from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.records import read_current, read_graphs, read_graphs_named
 from hotswap.contract.settings import Settings
 from hotswap.contract.source import LEGACY_SOURCE, SourceFormat, SourceSpec
@@ -62,6 +63,8 @@ class Graphs:
         # many unless `graph_partitions` says otherwise.
         self.source_partitions: int = settings.source_partitions
         # Queries under an automatic rollback's error budget: (failures allowed, within seconds).
+        # The last stall of each graph whose batch was cancelled for running too long.
+        self.stalls: dict[str, str] = {}
         self._error_budgets: dict[str, tuple[int, float]] = {}
 
     # -- records ---------------------------------------------------------------------------
@@ -205,6 +208,9 @@ class Graphs:
         failed: list[tuple[GraphRecord, str]] = []
         now = self._clock()
         for query_id in self.runner.query_ids():
+            stall = self.runner.watch(query_id, now)
+            if stall is not None:
+                self._stalled(query_id, stall)
             failure = self.runner.failure(query_id)
             restarts = self._restarts.setdefault(
                 query_id, RestartBudget(self._settings.query_restarts, self._settings.query_restart_backoff.s)
@@ -241,6 +247,20 @@ class Graphs:
             if restarts.restart_due(now):
                 self.runner.restart(record, self._writer(record))
         return failed
+
+    def _stalled(self, query_id: str, stall: str) -> None:
+        """A stalled batch was cancelled: counted (status, metrics) and said once; supervision
+        restarts the graph from its checkpoint like any failure."""
+        self.stalls[query_id] = stall
+        fenced_write(
+            self._redis, self._fence, lambda batch: batch.hincrby(self._keys.counters, f"{STALLED}{query_id}", 1)
+        )
+        log.warning(
+            "execution graph's batch stalled; restarting the graph from its checkpoint",
+            query_id=query_id,
+            reason=stall,
+            reason_code=ReasonCode.BATCH_STALLED,
+        )
 
     def hold_to_error_budgets(self, budgets: dict[str, tuple[int, float]]) -> None:
         """The queries under an automatic rollback's error budget now: each fails for good at its

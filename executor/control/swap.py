@@ -365,6 +365,8 @@ class SwapProtocol:
         if swap.from_query is None or swap.cut_window_end is None:
             return
         if reached_cut(self._progress.committed_through(swap.from_query), swap.cut_window_end):
+            if swap.reason_code is ReasonCode.DRAIN_STALLED:  # it stalled, and was resumed since: over
+                swap = self._journal.update(swap, error=None, reason_code=None) or swap
             drained = self._journal.advance(swap, SwapPhase.DRAINED, when=lambda r: r.state is SwapPhase.DRAINING)
             if drained is not None:
                 crash_point("after:drained")
@@ -472,6 +474,8 @@ class SwapProtocol:
                 (s for s in swaps if s.to_query == record.query_id and s.state.is_draining and not s.state.is_stranded),
                 None,
             )
+            if self._drain_stalled(record, swaps, failure):
+                continue
             if swap is None:
                 log.error("query failed", query_id=record.query_id, error=message)
                 self._roll_back_completed(record, swaps, failure)
@@ -492,6 +496,25 @@ class SwapProtocol:
                 log.error("swap stranded after its cut", swap_id=swap.id, query_id=record.query_id, error=message)
                 if back is not None:
                     self._log(back).warning("automatic rollback queued", rolls_back=swap.id, cause=back.cause)
+
+    def _drain_stalled(self, record: GraphRecord, swaps: list[SwapRecord], failure: str) -> bool:
+        """The old graph of a drain failed for good on stalled batches: the drain cannot end by
+        itself, so the swap says so (`drain_stalled`, in status) and waits for an operator. Past
+        the cut nothing is undone: the new query keeps its windows, and a restarted `hotswap run`
+        resumes the old graph from its checkpoint to emit the rest."""
+        if record.query_id not in self._graphs.stalls:
+            return False
+        swap = next((s for s in swaps if s.from_query == record.query_id and s.state.is_draining), None)
+        if swap is None or swap.state.is_stranded:
+            return False
+        message = (
+            f"the drain stalled: {record.query_id} failed for good ({failure}); its windows through "
+            f"{clock(swap.cut_window_end)} are still to be emitted: fix the cause (the cluster, the query's "
+            "data), then restart `hotswap run`, which resumes it from its checkpoint"
+        )
+        self._journal.update(swap, error=message, reason_code=ReasonCode.DRAIN_STALLED)
+        self._log(swap).error("drain stalled", from_query=record.query_id, reason_code=ReasonCode.DRAIN_STALLED)
+        return True
 
     def _roll_back_completed(self, record: GraphRecord, swaps: list[SwapRecord], failure: str) -> None:
         """A query serving since its swap completed, failed for good: a swap with auto-rollback is

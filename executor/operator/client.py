@@ -24,7 +24,7 @@ from hotswap.contract.models import (
     QuerySource,
     ShadowDiff,
 )
-from hotswap.contract.names import Keys
+from hotswap.contract.names import STALLED, Keys
 from hotswap.contract.outages import OUTAGES, REDIS
 from hotswap.contract.phases import clock
 from hotswap.contract.plans import DRY_RUN_TTL_S, DryRunPlan, DryRunRequest
@@ -331,6 +331,7 @@ class Client:
                     p: PartitionStatus(window_end=n.window_end, event_time=n.event_time, offset=n.offset, idle=n.idle)
                     for p, n in sorted(service.partitions.items(), key=lambda item: int(item[0]))
                 },
+                stalled_batches=counters.get(f"{STALLED}service", 0),
             ),
             graphs={
                 query_id: GraphStatus(
@@ -346,6 +347,7 @@ class Client:
                     routed_records=counters.get(f"routed:{query_id}", 0),
                     engine=g.engine,
                     partitions=g.partitions,
+                    stalled_batches=counters.get(f"{STALLED}{query_id}", 0),
                 )
                 for query_id, g in graphs.items()
             },

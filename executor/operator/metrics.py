@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector
 
 from hotswap.contract.journal import SwapPhase
 from hotswap.contract.models import ExecutorPhase
+from hotswap.contract.names import STALLED
 from hotswap.executor.operator.observe import ROUTED, Snapshot
 
 log = structlog.get_logger(__name__)
@@ -162,6 +163,14 @@ class SwapCollector(Collector):
         for query_id, n in sorted(snap.per_query(ROUTED).items()):
             routed.add_metric([query_id], n)
         yield routed
+        stalled = CounterMetricFamily(
+            "hotswap_stalled_batches",
+            "Batches cancelled for running longer than batch_stall_timeout, by query (`service`: the service graph).",
+            labels=["query_id"],
+        )
+        for query_id, n in sorted(snap.per_query(STALLED).items()):
+            stalled.add_metric([query_id], n)
+        yield stalled
         if snap.results_written is not None:
             yield CounterMetricFamily(
                 "hotswap_results_written",

@@ -99,6 +99,7 @@ class FakeRunner:
         self.start_fails: dict[str, str] = {}  # query id -> why its start fails
         self.slow_start: dict[str, int] = {}  # query id -> readiness checks that say "not yet"
         self.ready_checks: list[str] = []
+        self.stalling: dict[str, str] = {}  # query id -> its next batch stalls, with this line
 
     def start(self, record: GraphRecord, writer: object) -> None:
         self.started.append(record.query_id)
@@ -139,6 +140,13 @@ class FakeRunner:
 
     def failure(self, query_id: str) -> str | None:
         return self.queries.get(query_id)
+
+    def watch(self, query_id: str, now: float) -> str | None:
+        """A stall set in `stalling` is seen (and its query cancelled) at the next look."""
+        stall = self.stalling.pop(query_id, None)
+        if stall is not None and query_id in self.queries:
+            self.queries[query_id] = stall
+        return stall
 
     def query_ids(self) -> list[str]:
         return list(self.queries)

@@ -11,7 +11,7 @@ from pyspark.sql import SparkSession
 
 from hotswap.contract.journal import SwapPhase, SwapRecord
 from hotswap.contract.models import GraphState
-from hotswap.contract.names import Keys
+from hotswap.contract.names import STALLED, Keys
 from hotswap.contract.settings import Settings
 from hotswap.executor.operator.client import Client
 from hotswap.executor.tools.generator import GeneratorSpec
@@ -25,6 +25,8 @@ from tests.integration.harness import (
     continuous_load,
     executor_running,
     fails_on_rows,
+    python_query,
+    tally,
 )
 from tests.integration.oracle import Version, assert_invariants, count_and_total, mean_and_n, peak_and_low, settle
 
@@ -262,3 +264,44 @@ def test_a_query_failing_on_a_live_row_after_its_cut_is_rolled_back_on_its_own(
         Version(final, 10_000, count_and_total),
     ]
     assert_invariants(read_results(settings), truth.on_time, versions, cuts, truth.closed_until)
+
+
+def test_a_batch_that_stalls_in_a_drain_is_cancelled_and_replayed_exactly_once(
+    settings: Settings, spark: SparkSession, client: Client, tmp_path: Path
+) -> None:
+    """`batch_stall_timeout`: the old graph's batch hangs after the cut (a task that never returns);
+    the watch cancels it, the graph restarts from its checkpoint, the batch is replayed, and the
+    drain ends with every window answered once."""
+    hangs = python_query(
+        tmp_path,
+        "hangs_in_drain",
+        # Armed by the test at the cut; the first row seen then hangs its task (counted first, so the
+        # replay after the cancel goes through).
+        on_live_row="if os.path.exists(os.path.join(STATE, 'armed')) and _tally('hung') == 0:\n    time.sleep(600)",
+        live_from=0,
+    )
+    watched = changed(settings, batch_stall_timeout="8s", query_restart_backoff="1s")
+    # Event time at wall-clock pace: the old graph receives rows for some seconds after the cut.
+    spec = GeneratorSpec(rate=200, keys=3, seed=71, disorder_ms=300, time_scale=1, start_ts=T0)
+    stalled = f"{STALLED}hangs_in_drain"
+    with executor_running(watched, spark, hangs), continuous_load(settings, spec) as load:
+        wait_until(lambda: committed_watermark(client, "hangs_in_drain") > T0 + 10_000, 120, "first windows")
+        swap = client.submit(COUNT_10S)
+        cut = client.wait_for(swap.id, lambda r: r.cut_window_end is not None, 120, "cut")
+        (tmp_path / "hangs_in_drain.state" / "armed").touch()
+        wait_until(lambda: client.counters().get(stalled, 0) >= 1, 120, "the hung batch to be cancelled")
+        assert client.journal.get(swap.id).state.is_past_cut
+        done = client.wait_until_done(swap.id, 180)
+        wait_until(
+            lambda: committed_watermark(client, "count_per_key") >= int(done.cut_window_end or 0) + 20_000,
+            120,
+            "windows after the cut",
+        )
+        load.stop()
+        truth = settle(settings, lambda: committed_watermark(client, "count_per_key"))
+    assert tally(tmp_path, "hangs_in_drain", "hung") >= 1
+    assert done.state is SwapPhase.COMPLETED
+    assert done.reason_code is None
+    assert cut.cut_window_end == done.cut_window_end
+    versions = [Version("hangs_in_drain", 10_000, count_and_total), Version("count_per_key", 10_000, count_and_total)]
+    assert_invariants(read_results(settings), truth.on_time, versions, [truth.cut(done)], truth.closed_until)
