@@ -86,6 +86,10 @@ class SwapRecord(Record):
     # query's buffer (its topic) for every window it did not emit. Its cut is decided by the executor,
     # where the failed query stopped, not by the service graph.
     recovers: str | None = None
+    # The serving query, failed for good, when no swap made it current (the namespace's first
+    # query): this one's query takes over its buffer for every window it did not emit, as `recovers`
+    # does for a swap's (`hotswap replace`).
+    replaces: str | None = None
     # A shadow (`submit --shadow`): from S (`shadow_since`, a boundary of its windows) on it receives
     # every row beside the current query, and writes its results to its own topic until promoted.
     shadow: bool = False
@@ -100,7 +104,7 @@ class SwapRecord(Record):
 
     @property
     def is_recovery(self) -> bool:
-        return self.recovers is not None
+        return self.recovers is not None or self.replaces is not None
 
     def advanced(
         self, target: SwapPhase, *, error: str | None = None, reason_code: ReasonCode | None = None, **changes: object

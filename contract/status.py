@@ -93,6 +93,11 @@ class SwapStatus(StatusPart):
         default=None,
         description="The stranded swap whose input this one takes over (a rollback or fix forward of it).",
     )
+    replaces: str | None = Field(
+        default=None,
+        description="The serving query, failed for good with no swap to fix, whose input this one takes over "
+        "(`hotswap replace`).",
+    )
     auto_rollback: bool = Field(
         default=False,
         description="Submitted with --auto-rollback: rolls back on its own if its new query fails "
@@ -118,7 +123,7 @@ class SwapStatus(StatusPart):
 
     @property
     def is_recovery(self) -> bool:
-        return self.recovers is not None
+        return self.recovers is not None or self.replaces is not None
 
 
 class OwnerStatus(StatusPart):

@@ -276,7 +276,7 @@ class ServiceGraph:
         the executor records; a shadow waits for its promotion."""
         if swap.state is SwapPhase.SHADOWING:
             return swap.promote
-        return swap.state is SwapPhase.DEPLOYED and swap.recovers is None
+        return swap.state is SwapPhase.DEPLOYED and not swap.is_recovery
 
     def _take_cut(self, swap: SwapRecord, state: ServiceState, batch_id: int) -> SwapRecord | None:
         boundary = decide_cut(state, swap)

@@ -114,7 +114,7 @@ def plan_batch(
             raise NoTargetGraph(f"swap {swap.id} is past its cut but its graphs are not recorded")
         old_partitions = old.partitions
         # A recovery's cut only says where a failed query stopped: no row goes to that query again.
-        if swap.state.is_draining and swap.recovers is None:
+        if swap.state.is_draining and not swap.is_recovery:
             cut = CutRoute(swap_id=swap.id, boundary=swap.cut_window_end, old_query=old.query_id, old_topic=old.topic)
     elif current is None:
         raise NoTargetGraph("no current execution graph: start the executor with `hotswap run --query FILE`")

@@ -183,36 +183,23 @@ class SwapProtocol:
 
     def _bind_recovery(self, swap: SwapRecord) -> tuple[dict[str, Any], GraphRecord] | None:
         """A recovery takes over the failed query's topic from where it stopped: the end of the
-        last window it emitted (its committed watermark, on its window grid), or the cut W."""
-        assert swap.recovers is not None
-        failed = self._journal.get(swap.recovers)
-        dead = self._graphs.get(failed.to_query)
+        last window it emitted (its committed watermark, on its window grid), or the cut W. A
+        replacement of the namespace's first query (`replaces`) has no cut: its buffer is its
+        whole topic."""
+        taken = self._taken_over(swap)
+        if taken is None:
+            return None
+        dead, cut = taken
         record = self._graphs.get(swap.to_query)
-        current = self._graphs.current()
-        serving = current is not None and dead is not None and current.query_id == dead.query_id
-        takeable = failed.state.is_stranded or (failed.state is SwapPhase.COMPLETED and serving)
-        if (
-            failed.cut_window_end is None
-            or dead is None
-            or record is None
-            or swap.new_window_ms is None
-            or dead.state is not GraphState.FAILED
-            or not takeable
-        ):
-            self._fail(
-                swap,
-                f"swap {failed.id} is {failed.state} and its query {failed.to_query} is "
-                f"{dead.state if dead else 'unknown'}, so there is nothing to take over; submit the query without "
-                "--fix, or `hotswap rollback` the swap that serves now",
-                ReasonCode.NOTHING_TO_RECOVER,
-            )
+        if record is None or swap.new_window_ms is None:
+            self._fail(swap, f"graph {swap.to_query} has no record; resubmit the query", ReasonCode.GRAPH_NOT_RECORDED)
             return None
         self._graphs.runner.stop(dead.query_id)  # it must not emit another window once its successor starts
         dead_windows = dead.windowing
         new = Windowing.of(swap.new_window_ms, swap.new_slide_ms)
         # The last window end it emitted, on its grid (window ends are multiples of the slide).
         emitted = self._progress.committed_through(dead.query_id) or 0
-        stopped_at = max(failed.cut_window_end, window_start(emitted, dead_windows.grid_ms))
+        stopped_at = max(cut or 0, window_start(emitted, dead_windows.grid_ms))
         if stopped_at % new.grid_ms:
             self._fail(
                 swap,
@@ -224,8 +211,8 @@ class SwapProtocol:
             return None
         # A sliding replacement's first window after that point starts size - slide before it; the
         # buffer holds the rows the failed query received, from its own first window after its cut.
-        buffer_from = first_row_needed(failed.cut_window_end, dead_windows)
-        if first_row_needed(stopped_at, new) < buffer_from:
+        buffer_from = None if cut is None else first_row_needed(cut, dead_windows)
+        if buffer_from is not None and first_row_needed(stopped_at, new) < buffer_from:
             self._fail(
                 swap,
                 f"{new.describe()} windows ending after {clock(stopped_at)} need rows from "
@@ -242,6 +229,39 @@ class SwapProtocol:
         graph = record.changed(topic=dead.topic, start_after=stopped_at, partitions=dead.partitions, engine=engine)
         changes = {"from_query": dead.query_id, "old_window_ms": dead.window_ms, "old_slide_ms": dead_windows.slide_ms}
         return changes, graph
+
+    def _taken_over(self, swap: SwapRecord) -> tuple[GraphRecord, int | None] | None:
+        """The failed graph a recovery takes over, with the cut its buffer begins after (None: the
+        namespace's first query, whose buffer is its whole topic); None (the swap failed) if there
+        is nothing to take over."""
+        current = self._graphs.current()
+        if swap.recovers is not None:
+            failed = self._journal.get(swap.recovers)
+            dead = self._graphs.get(failed.to_query)
+            serving = current is not None and dead is not None and current.query_id == dead.query_id
+            takeable = failed.state.is_stranded or (failed.state is SwapPhase.COMPLETED and serving)
+            what, cut = f"swap {failed.id} is {failed.state} and its query {failed.to_query}", failed.cut_window_end
+            if cut is None:
+                takeable = False
+        else:
+            assert swap.replaces is not None
+            dead = self._graphs.get(swap.replaces)
+            # Only a query no swap made current has its whole topic as its buffer; one a swap made
+            # current is taken over by a fix of that swap, from its cut.
+            made_by_swap = any(
+                s.to_query == swap.replaces and (s.state.is_past_cut or s.state.is_done) for s in self._journal.all()
+            )
+            takeable = current is not None and current.query_id == swap.replaces and not made_by_swap
+            what, cut = f"query {swap.replaces}, {'serving' if takeable else 'not serving'},", None
+        if dead is None or dead.state is not GraphState.FAILED or not takeable:
+            self._fail(
+                swap,
+                f"{what} is {dead.state if dead else 'unknown'}, so there is nothing to take over; submit the query "
+                "without --fix, or `hotswap rollback` the swap that serves now",
+                ReasonCode.NOTHING_TO_RECOVER,
+            )
+            return None
+        return dead, cut
 
     # -- deploying: the new graph starts ----------------------------------------------------
     def _begin(self, swap: SwapRecord, graph: GraphRecord) -> bool:
@@ -461,7 +481,8 @@ class SwapProtocol:
             way_out = (
                 f"`hotswap rollback {deployed_by}` or `hotswap submit FILE --fix {deployed_by}` takes it over"
                 if deployed_by is not None
-                else "fix the cause, then restart `hotswap run` to resume it from its checkpoint"
+                else "`hotswap replace FILE` takes it over with a fixed query, or fix the cause and restart "
+                "`hotswap run` to resume it from its checkpoint"
             )
             if self._graphs.under_error_budget(record.query_id):
                 failure = f"query {record.query_id} failed more often than its error budget allows ({reason})"

@@ -45,8 +45,8 @@ def start_blocker(
     record = graphs.get(current.query_id) if current else None
     if record is not None and record.state is not GraphState.RUNNING and not recovering:
         return (
-            f"query {record.query_id} serves the windows after the last cut but is {record.state}; fix its cause "
-            "and restart `hotswap run`, which resumes it"
+            f"query {record.query_id} serves the windows after the last cut but is {record.state}: `hotswap "
+            "replace FILE` takes over its input, or fix its cause and restart `hotswap run`, which resumes it"
         )
     return None
 

@@ -328,6 +328,42 @@ def submit(
 
 @app.command()
 @operator_errors
+def replace(
+    ctx: typer.Context,
+    file: Annotated[Path, typer.Argument(help="The query that takes over: a .sql or .py file.")],
+    name: Annotated[str | None, typer.Option(help="Query id (default: the file name).")] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait until the swap completes.")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait with --wait.")] = 600.0,
+    source_schema: Annotated[
+        str | None, typer.Option(help="The schema this version reads, as Spark DDL (JSON sources).")
+    ] = None,
+    avro_schema: Annotated[
+        Path | None, typer.Option(help="The Avro schema (.avsc) this version reads (Avro sources).")
+    ] = None,
+    namespace: NamespaceOpt = None,
+) -> None:
+    """Replace the serving query after it failed for good (a poison row, a bug): the new query takes over
+    its input for every window it did not emit, exactly once. Prints the swap id.
+
+    Exit codes: 0 validated and queued (with --wait: completed); 1 the serving query has not failed, rejected,
+    failed or timed out, or Redis unreachable (one line on stderr); 2 a usage error; 130 interrupted (Ctrl-C).
+    """
+    from hotswap.executor.operator.client import Client
+
+    client = Client(ctx.obj.settings(namespace=namespace))
+    swap = client.replace(file, name, source_schema=source_schema, avro_schema=avro_schema)
+    typer.echo(swap.id)
+    if wait:
+        done = client.wait_until_done(swap.id, timeout)
+        typer.echo(
+            f"completed: {done.to_query} answers windows ending after {iso(done.cut_window_end)}, "
+            f"{done.from_query} the ones before",
+            err=True,
+        )
+
+
+@app.command()
+@operator_errors
 def abort(
     ctx: typer.Context,
     swap_id: Annotated[str, typer.Argument(help="The swap id printed by submit.")],

@@ -158,6 +158,42 @@ class Client:
         )
         return self._queue(swap, validation_timeout_s)
 
+    def replace(
+        self,
+        path: Path,
+        name: str | None = None,
+        validation_timeout_s: float = 120.0,
+        source_schema: str | None = None,
+        avro_schema: Path | None = None,
+    ) -> SwapRecord:
+        """Replace the serving query after it failed for good: the new query takes over its buffer
+        for every window it did not emit, exactly once. If a swap made it current, this is `submit
+        --fix` of that swap; the namespace's first query, which no swap made current, is taken over
+        by a swap that `replaces` it."""
+        source = _declared_source(path, name, source_schema, avro_schema)  # bad input first, in one line
+        current = read_current(self._redis, self._keys)
+        if current is None:
+            raise ExecutorError("no query serves the namespace; start one with `hotswap run --query FILE`")
+        graph = read_graphs_named(self._redis, self._keys, [current.query_id]).get(current.query_id)
+        if graph is None or graph.state is not GraphState.FAILED:
+            raise ExecutorError(
+                f"query {current.query_id} serves and is {graph.state if graph else 'unknown'}; `hotswap replace` "
+                "takes over a serving query that failed for good: use `hotswap submit FILE` to swap it"
+            )
+        made_by = next((s for s in reversed(self.journal.all()) if s.to_query == current.query_id), None)
+        if made_by is not None:  # its buffer begins at that swap's cut
+            return self.submit(
+                path, name, validation_timeout_s, fix=made_by.id, source_schema=source_schema, avro_schema=avro_schema
+            )
+        for other in self.journal.open():
+            if other.replaces == current.query_id:
+                raise ExecutorError(
+                    f"swap {other.id} ({other.state}) already replaces query {current.query_id}; follow it with "
+                    "`hotswap status`"
+                )
+        swap = SwapRecord(id=new_swap_id(), to_query=source.name, source=source, replaces=current.query_id)
+        return self._queue(swap, validation_timeout_s)
+
     def _to_take_over(self, swap_id: str, what: str) -> SwapRecord:
         """The swap, if its new query failed for good after its cut and nothing took it over yet."""
         swap = self.journal.get(swap_id)
@@ -505,6 +541,7 @@ def _swap_status(
         waiting_for=waiting,
         rollback_of=swap.rollback_of,
         recovers=swap.recovers,
+        replaces=swap.replaces,
         auto_rollback=swap.auto_rollback,
         cause=swap.cause,
         shadow=swap.shadow,

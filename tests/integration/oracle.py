@@ -179,7 +179,7 @@ class Truth:
         query stopped, decided by the executor from that query's output: it is returned unchecked)."""
         assert swap.cut_window_end is not None, f"swap {swap.id} has no cut"
         w = int(swap.cut_window_end)
-        if swap.recovers is None:
+        if swap.recovers is None and swap.replaces is None:
             assert swap.cut_batch is not None, swap
             since = None
             if swap.shadow:

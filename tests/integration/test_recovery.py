@@ -305,3 +305,41 @@ def test_a_batch_that_stalls_in_a_drain_is_cancelled_and_replayed_exactly_once(
     assert cut.cut_window_end == done.cut_window_end
     versions = [Version("hangs_in_drain", 10_000, count_and_total), Version("count_per_key", 10_000, count_and_total)]
     assert_invariants(read_results(settings), truth.on_time, versions, [truth.cut(done)], truth.closed_until)
+
+
+def test_a_first_query_that_failed_for_good_on_a_row_is_replaced(
+    settings: Settings, spark: SparkSession, client: Client, tmp_path: Path
+) -> None:
+    """`hotswap replace FILE`: the namespace's first query fails for good on a poison row, with no swap
+    to fix; the replacement takes over its input, and every window after its last is answered once."""
+    poisoned = python_query(
+        tmp_path,
+        "poisoned_first",
+        on_live_row="if os.path.exists(os.path.join(STATE, 'armed')):\n    raise RuntimeError('poison row')",
+        live_from=0,
+    )
+    failing_fast = changed(settings, query_restarts=1, query_restart_backoff="1s")
+    spec = GeneratorSpec(rate=300, keys=3, seed=73, disorder_ms=300, time_scale=10, start_ts=T0)
+
+    def state() -> GraphState | None:
+        graph = client.status().graphs.get("poisoned_first")
+        return graph.state if graph else None
+
+    with executor_running(failing_fast, spark, poisoned), continuous_load(settings, spec) as load:
+        wait_until(lambda: committed_watermark(client, "poisoned_first") > T0 + 20_000, 120, "first windows")
+        (tmp_path / "poisoned_first.state" / "armed").touch()
+        wait_until(lambda: state() is GraphState.FAILED, 120, "the first query to fail for good")
+        stopped = committed_watermark(client, "poisoned_first")
+        done = client.wait_until_done(client.replace(COUNT_10S).id, 180)
+        wait_until(
+            lambda: committed_watermark(client, "count_per_key") >= int(done.cut_window_end or 0) + 30_000,
+            120,
+            "windows after the failure",
+        )
+        load.stop()
+        truth = settle(settings, lambda: committed_watermark(client, "count_per_key"))
+    assert done.replaces == "poisoned_first"
+    assert done.from_query == "poisoned_first"
+    assert done.cut_window_end == stopped - stopped % 10_000  # from the end of its last window
+    versions = [Version("poisoned_first", 10_000, count_and_total), Version("count_per_key", 10_000, count_and_total)]
+    assert_invariants(read_results(settings), truth.on_time, versions, [truth.cut(done)], truth.closed_until)

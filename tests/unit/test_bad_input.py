@@ -60,6 +60,8 @@ def files(tmp_path: Path) -> dict[str, Path]:
 
 # (arguments, extra environment, what the one line must say); {name} is a file of `files`.
 CASES: list[tuple[list[str], dict[str, str], str]] = [
+    (["replace", "{missing.sql}"], {}, "does not exist"),
+    (["replace", "{good.sql}"], {}, "no query serves the namespace"),
     (["submit", "{missing.sql}"], {}, "does not exist"),
     (["submit", "{query.txt}"], {}, "must end in .sql or .py"),
     (["submit", "{empty.sql}"], {}, "is empty"),

@@ -145,6 +145,7 @@ def test_status_json_keeps_the_documented_field_names(
         "waiting_for",
         "rollback_of",
         "recovers",
+        "replaces",
         "auto_rollback",
         "cause",
         "shadow",
