@@ -12,7 +12,7 @@ COMPOSE := docker-compose -f compose/docker-compose.yml -p hotswap
 CONTAINERS := [ "$${HOTSWAP_TEST_SERVICES:-auto}" != embedded ] && docker info >/dev/null 2>&1
 
 .DEFAULT_GOAL := help
-.PHONY: help install system-deps browser jars stack-up stack-down demo images compose-demo lint format schema diagram unit check integration cluster test bench clean
+.PHONY: help install system-deps browser jars stack-up stack-down demo images compose-demo lint format schema diagram unit check integration cluster test bench soak clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -90,6 +90,10 @@ bench: jars ## Benchmarks beside plain Spark and stop-and-restart (QUICK=1: abou
 	@# matplotlib (the plot) comes with the dev extra; install the bench extra only if it is missing.
 	@$(BIN)/python -c 'import matplotlib' 2>/dev/null || $(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python -m benchmarks.run $(if $(QUICK),--quick,)
+
+soak: jars ## SOAK_MINUTES (default 30) of load, swaps and faults, then every window checked; not part of `make test`
+	@$(BIN)/python -c 'import matplotlib' 2>/dev/null || $(BIN)/pip install -q -e '.[dev,bench]'
+	PYSPARK_PYTHON=$(abspath $(BIN))/python SPARK_LOCAL_IP=127.0.0.1 $(BIN)/python -m benchmarks.soak
 
 clean: ## Stop the stack and remove .hotswap/ (keeps .venv)
 	-$(BIN)/hotswap stack down

@@ -157,6 +157,9 @@ class Settings(BaseSettings):
     # stalled (a hung task, a cluster that lost its executors): it is cancelled, counted, and its
     # query restarted from its checkpoint (one of query_restarts). "off" (None): no watch.
     batch_stall_timeout: OffOrDuration = Duration(300_000, "300s")
+    # How long a drained old graph's query may take to stop before the swap goes on without it (it
+    # has emitted every window it owns; the ownership filter drops anything it would still write).
+    retire_timeout: Duration = Duration(60_000, "60s")
     # How long a deployed swap waits for its cut. HOTSWAP_DRAIN_TIMEOUT (and drain_timeout in TOML),
     # its name before 0.2, still works and is deprecated: it never bounded the drain.
     cut_timeout: Duration = Field(

@@ -7,6 +7,7 @@ begun.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable
 
@@ -35,6 +36,8 @@ from hotswap.executor.control.topics import Topics
 from hotswap.service_sink.results import ResultWriter
 
 log = structlog.get_logger(__name__)
+
+STOP_WAIT_S = 2.0  # how long one step waits for a retiring graph's query to stop (retire_timeout bounds the whole)
 
 
 class Graphs:
@@ -65,6 +68,8 @@ class Graphs:
         # Queries under an automatic rollback's error budget: (failures allowed, within seconds).
         # The last stall of each graph whose batch was cancelled for running too long.
         self.stalls: dict[str, str] = {}
+        self._stopping: dict[str, threading.Thread] = {}  # retiring graphs whose query is being stopped
+        self.stop_wait_s = STOP_WAIT_S
         self._error_budgets: dict[str, tuple[int, float]] = {}
 
     # -- records ---------------------------------------------------------------------------
@@ -295,14 +300,31 @@ class Graphs:
             unowned_topic=record.shadow_results_topic,
         )
 
-    def stop(self, query_id: str) -> None:
-        """Stop a drained graph's query at once.
+    def stop(self, query_id: str) -> bool:
+        """Stop a drained graph's query at once; returns whether it stopped within `stop_wait_s` (else
+        the stop goes on, on its own thread, and the next call waits for it again).
 
         Only a drained graph retires: it has emitted and committed every window it owns, so a batch
         still in flight has nothing to emit and is cancelled, not waited for. (A busy graph is rarely
-        between batches: waiting took 5-7 s of every swap, and blocked the tick.)
+        between batches: waiting took 5-7 s of every swap, and blocked the tick.) A batch hung in a
+        task may keep Spark's stop() from returning: the loop never waits for it longer than this.
         """
-        self.runner.stop(query_id, finish_batch=False)
+        stopping = self._stopping.get(query_id)
+        if stopping is None:
+            stopping = threading.Thread(
+                target=self.runner.stop,
+                args=(query_id,),
+                kwargs={"finish_batch": False},
+                name=f"hotswap-retire-{query_id}",
+                daemon=True,
+            )
+            self._stopping[query_id] = stopping
+            stopping.start()
+        stopping.join(self.stop_wait_s)
+        if stopping.is_alive():
+            return False
+        del self._stopping[query_id]
+        return True
 
     def remove_topic(self, record: GraphRecord) -> None:
         """Delete a retired graph's topic (unless retired topics are kept, or another graph reads it)."""

@@ -80,6 +80,7 @@ class SwapProtocol:
         self._progress = progress
         self._deploy_began: dict[str, float] = {}
         self._cut_awaited: dict[str, float] = {}
+        self._retire_began: dict[str, float] = {}
         self._said: set[tuple[str, SwapPhase]] = set()
         self._open_ids: set[str] = set()
         # What the executor does for a swap that waits: one handler per wait of the phase table.
@@ -407,7 +408,8 @@ class SwapProtocol:
             swap = retiring
         retired: list[GraphRecord] = []
         if swap.from_query is not None:
-            self._graphs.stop(swap.from_query)
+            if not self._old_query_stopped(swap, swap.from_query):
+                return
             crash_point("after:old-stopped")  # stopped; `retired` not written yet
             old = self._graphs.get(swap.from_query)
             if old is not None and old.state is not GraphState.RETIRED:
@@ -419,6 +421,23 @@ class SwapProtocol:
             crash_point("after:retired")
             self._log(swap).info("old graph retired", from_query=swap.from_query)
             self._complete(done, swaps)  # in the same step: nothing is left to wait for
+
+    def _old_query_stopped(self, swap: SwapRecord, query_id: str) -> bool:
+        """Whether the retiring graph's query has stopped, or retire_timeout has passed: then it is
+        retired anyway, since it has emitted every window it owns and the ownership filter drops
+        anything it would still write; its stop goes on in the background."""
+        began = self._retire_began.setdefault(swap.id, self._clock())
+        if self._graphs.stop(query_id):
+            return True
+        if self._clock() - began <= self._settings.retire_timeout.s:
+            self._say_once(swap, "waiting for the old query to stop", from_query=query_id)
+            return False
+        self._log(swap).warning(
+            "old query did not stop within retire_timeout; retired anyway (it emitted every window it owns)",
+            from_query=query_id,
+            reason_code=ReasonCode.RETIRE_TIMEOUT,
+        )
+        return True
 
     def _complete(self, swap: SwapRecord, swaps: list[SwapRecord]) -> None:
         """Make the new graph current and the swap completed, and record the swap it undid or took
@@ -577,6 +596,7 @@ class SwapProtocol:
             self._deploy_began.pop(swap_id, None)
             self._cut_awaited.pop(swap_id, None)
             self._cut_awaited.pop(f"{swap_id}:promote", None)
+            self._retire_began.pop(swap_id, None)
             ended = self._journal.find(swap_id)
             if ended is not None and ended.state.is_terminal and not ended.state.is_done:
                 self._remove_graph_of(ended)
@@ -603,7 +623,8 @@ class SwapProtocol:
         if old is None or old.state is not GraphState.RUNNING:
             return
         if reached_cut(self._progress.committed_through(swap.from_query), swap.cut_window_end):
-            self._graphs.stop(swap.from_query)
+            if not self._graphs.stop(swap.from_query):
+                return  # stopping: the next step looks again
             self._graphs.save(old.changed(state=GraphState.RETIRED, retired_at=now_ms()))
             self._graphs.remove_topic(old)
             self._progress.forget(swap.from_query)

@@ -100,6 +100,7 @@ class FakeRunner:
         self.slow_start: dict[str, int] = {}  # query id -> readiness checks that say "not yet"
         self.ready_checks: list[str] = []
         self.stalling: dict[str, str] = {}  # query id -> its next batch stalls, with this line
+        self.stop_hangs: dict[str, threading.Event] = {}  # query id -> its stop returns once this is set
 
     def start(self, record: GraphRecord, writer: object) -> None:
         self.started.append(record.query_id)
@@ -152,6 +153,9 @@ class FakeRunner:
         return list(self.queries)
 
     def stop(self, query_id: str, *, finish_batch: bool = True) -> None:
+        hang = self.stop_hangs.get(query_id)
+        if hang is not None:
+            hang.wait(30)
         self.starting.pop(query_id, None)
         if query_id in self.queries:
             del self.queries[query_id]
