@@ -36,7 +36,7 @@ from hotswap.executor.control.dry_run import DryRuns
 from hotswap.executor.control.durability import check_durability
 from hotswap.executor.control.graphs import Graphs
 from hotswap.executor.control.lease import Lease
-from hotswap.executor.control.namespace import claim
+from hotswap.executor.control.namespace import JournalSeen, claim
 from hotswap.executor.control.swap import SwapProtocol
 from hotswap.executor.control.topics import Topics
 from hotswap.executor.control.transient import TransientErrorsPersisted
@@ -79,6 +79,7 @@ class Executor:
         self.dry_runs = DryRuns(settings, spark, client, self.graphs)  # `submit --dry-run`: answered, never recorded
         self._phase = ExecutorPhase.STOPPED
         self.ready = threading.Event()
+        self._journal_seen = JournalSeen(settings)  # the journal's version, kept beside the checkpoints
 
     def spark_queries(self) -> list[StreamingQuery]:
         """The service graph's and the execution graphs' Spark queries, live or dead."""
@@ -146,6 +147,7 @@ class Executor:
         self.service.supervise()
         self.service.tick()
         self.dry_runs.answer_pending()
+        self._journal_seen.note(int(self._redis.get(self._keys.journal_version) or 0))
 
     def _bootstrap(self, initial: QuerySource | None) -> None:
         settings = self.settings

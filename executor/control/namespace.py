@@ -5,12 +5,19 @@ or topics exist but whose record does not has lost its control state (Redis was 
 empty Redis took its place). Starting over from nothing would reset the watermark, forget the
 swaps and reuse query ids whose old checkpoints still exist, so the executor refuses, and
 `hotswap run --reset-namespace` is the one way forward.
+
+A Redis that lost only some acknowledged writes (restored from an older snapshot, a failover to a
+replica that lagged) still has a record. So the journal's version (its count of writes) is also kept
+beside the checkpoints (`JournalSeen`), and an executor refuses a Redis whose journal is older than
+what the checkpoints have seen: a recorded cut it lost could otherwise be decided again.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
+from pathlib import Path
 
 import redis
 import structlog
@@ -43,10 +50,58 @@ def has_control_state(client: redis.Redis, keys: Keys) -> bool:
     return bool(client.exists(keys.current, keys.graphs, keys.swaps, keys.service))
 
 
+class JournalSeen:
+    """The highest journal version this namespace's executors have seen, in a file beside the
+    checkpoints (written atomically: a temporary file, fsync, rename)."""
+
+    FILE = "journal-version"
+
+    def __init__(self, settings: Settings) -> None:
+        self._path: Path = settings.names.checkpoint_root / self.FILE
+        self._written: int | None = None
+
+    def read(self) -> int | None:
+        try:
+            return int(self._path.read_text(encoding="utf-8").strip())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            raise ControlStateLost(
+                f"{self._path} cannot be read ({exc}); restore it, or delete it to skip this check once"
+            ) from exc
+
+    def note(self, version: int) -> None:
+        """Record `version` if it is higher than the last one written (one small write per change)."""
+        if self._written is not None and version <= self._written:
+            return
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self._path.with_name(f".{self.FILE}.tmp")
+        with temporary.open("w", encoding="utf-8") as out:
+            out.write(f"{version}\n")
+            out.flush()
+            os.fsync(out.fileno())
+        temporary.replace(self._path)
+        self._written = version
+
+    def check(self, client: redis.Redis, keys: Keys) -> None:
+        """Refuse a Redis whose journal is older than what the checkpoints have seen."""
+        seen = self.read()
+        held = int(client.get(keys.journal_version) or 0)
+        if seen is not None and held < seen:
+            raise ControlStateLost(
+                f"Redis holds version {held} of namespace {keys.namespace!r}'s swap journal, but its checkpoints "
+                f"have seen version {seen}: Redis lost acknowledged writes (restored from an older snapshot, or a "
+                "failover to a replica that lagged); nothing was started. Bring back the Redis that has them, or "
+                "start over with `hotswap run --reset-namespace --query FILE`"
+            )
+        self._written = held
+
+
 def claim(client: redis.Redis, settings: Settings, topics: Topics, holder: str) -> None:
     """Make sure the namespace has its record, or refuse to start if its control state was lost."""
     keys = Keys(settings.namespace)
     if client.exists(keys.namespace_record):
+        JournalSeen(settings).check(client, keys)
         return
     # A namespace from before records existed still has its journal: it only gets its record now.
     if not has_control_state(client, keys):

@@ -1,0 +1,53 @@
+"""The journal's version kept beside the checkpoints: a Redis that lost acknowledged writes (an older
+snapshot, a lagging replica) still has the namespace's record, and is refused all the same."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import cast
+
+import fakeredis
+import pytest
+
+from hotswap.contract.errors import ControlStateLost
+from hotswap.contract.models import NamespaceRecord
+from hotswap.contract.names import Keys
+from hotswap.contract.settings import Settings
+from hotswap.executor.control.namespace import JournalSeen, claim
+from hotswap.executor.control.topics import Topics
+from tests.component.fakes import FakeTopics
+
+pytestmark = pytest.mark.component
+
+
+def namespace(tmp_path: Path, journal_version: int) -> tuple[Settings, fakeredis.FakeRedis, Keys]:
+    settings = Settings(namespace="seen", home=tmp_path)
+    keys = Keys(settings.namespace)
+    client = fakeredis.FakeRedis()
+    client.set(keys.namespace_record, NamespaceRecord(created_by="earlier").model_dump_json())
+    client.set(keys.journal_version, journal_version)
+    return settings, client, keys
+
+
+def test_a_redis_whose_journal_is_older_than_the_checkpoints_have_seen_is_refused(tmp_path: Path) -> None:
+    settings, client, _ = namespace(tmp_path, journal_version=5)
+    JournalSeen(settings).note(9)  # an executor saw 9 writes, then Redis came back from an older snapshot
+    with pytest.raises(ControlStateLost, match=r"Redis holds version 5 .* its checkpoints have seen version 9"):
+        claim(client, settings, cast(Topics, FakeTopics()), "me")
+
+
+def test_a_redis_that_kept_every_write_is_taken_and_later_versions_are_noted(tmp_path: Path) -> None:
+    settings, client, _ = namespace(tmp_path, journal_version=9)
+    JournalSeen(settings).note(9)
+    claim(client, settings, cast(Topics, FakeTopics()), "me")
+    seen = JournalSeen(settings)
+    seen.note(12)
+    seen.note(11)  # never backwards
+    assert JournalSeen(settings).read() == 12
+    assert not list(settings.names.checkpoint_root.glob(".*.tmp"))  # written by rename
+
+
+def test_a_namespace_without_the_file_is_taken(tmp_path: Path) -> None:
+    settings, client, _ = namespace(tmp_path, journal_version=3)
+    claim(client, settings, cast(Topics, FakeTopics()), "me")
+    assert JournalSeen(settings).read() is None
