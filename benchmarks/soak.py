@@ -4,11 +4,12 @@ recomputed from the source topic.
 
 - Load: the generator at a steady rate (event time = wall time, bounded disorder).
 - Swaps cycle through queries that change the logic, the columns, the window size, and tumbling versus
-  sliding windows; now and then one is a query that fails on every row, submitted with
-  `--auto-rollback`, so the executor rolls it back itself.
-- Faults, one at a random moment of every other swap (so during a swap or between two), in turn:
-  SIGKILL of the executor (restarted as a supervisor would), SIGSTOP of the executor past its lease with
-  a second executor taking over, a broker restart, a Redis restart.
+  sliding windows; every fifth is a query that fails on every row (a poison row), submitted with
+  `--auto-rollback`, so the executor rolls it back itself; every seventh runs as a shadow first and is
+  promoted.
+- Faults, one at a random moment of every swap, in turn: SIGKILL of the executor (restarted as a
+  supervisor would), SIGSTOP of the executor past its lease with a second executor taking over, a
+  broker restart, a Redis restart.
 - Sampled every 10 s: each process's RSS, open files and threads; the namespace's Redis keys, its Kafka
   topics, its checkpoint bytes.
 - At the end: the source topic recomputed by the test oracle (tests/integration/oracle.py), counted as
@@ -73,6 +74,7 @@ CYCLE: list[tuple[Path, Aggregate]] = [
 ]
 FIRST = (EXAMPLES / "count_per_key.sql", count_and_total)
 POISON_EVERY = 5  # every fifth swap is a poison query with --auto-rollback
+SHADOW_EVERY = 7  # every seventh runs as a shadow, then is promoted
 FAULTS = ("kill_executor", "stall_executor", "restart_broker", "restart_redis")
 SAMPLE_EVERY_S = 10.0
 LEASE_TTL_S = 6.0
@@ -152,7 +154,17 @@ class Soak:
             path, aggregate = CYCLE[number % len(CYCLE)]
             name = f"{path.stem}_{number}"
         self.aggregates[name] = aggregate
-        record = self.until_served(lambda: client.submit(path, name, auto_rollback=poison), "submit")
+        shadow = not poison and number % SHADOW_EVERY == SHADOW_EVERY - 1
+        record = self.until_served(lambda: client.submit(path, name, auto_rollback=poison, shadow=shadow), "submit")
+        if poison:
+            at = round(time.monotonic() - self.began, 1)
+            self.faults.append({"fault": "poison_row", "at_s": at, "took_s": 0.0})
+        if shadow:
+            client.wait_for(
+                record.id, lambda r: r.state is SwapPhase.SHADOWING or r.state.is_terminal, 300, "shadowing"
+            )
+            self.wait_sampling(20.0)  # it runs beside the current query for a while
+            self.until_served(lambda: client.promote(record.id), "promote")
         if fault is not None:
             self.wait_sampling(CHANCE.uniform(0.0, 15.0))
             self.inject(fault)
@@ -351,10 +363,12 @@ def main() -> int:
         soak.executor = soak.start_executor()
         number = 0
         while time.monotonic() - soak.began < minutes * 60:
-            fault = FAULTS[(number // 2) % len(FAULTS)] if number % 2 == 0 else None
+            began = time.monotonic()
+            fault = FAULTS[number % len(FAULTS)]
             soak.swap(number, client, fault)
             number += 1
-            soak.wait_sampling(CHANCE.uniform(45.0, 75.0))  # with the swap itself: one every 60-90 s
+            # One swap every 60-90 s, from the start of one to the next (at once if it took longer).
+            soak.wait_sampling(max(0.0, CHANCE.uniform(60.0, 90.0) - (time.monotonic() - began)))
         assert soak.load is not None
         soak.load.stop()
         report["verdict"] = verdict(soak, client)
