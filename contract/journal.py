@@ -72,6 +72,10 @@ class SwapRecord(Record):
     phases: tuple[PhaseEntry, ...] = ()
     cut_window_end: int | None = None
     cut_batch: int | None = None
+    # The earliest event time routed to the new graph from the cut on, when it is before what the new
+    # windows need: a swap that rolls back on its own keeps what the old version's windows after W
+    # need, so that its rollback can take over from W (contract.windows.buffer_start).
+    buffer_from: int | None = None
     new_window_ms: int | None = None
     old_window_ms: int | None = None
     # How often a window starts, recorded with the sizes (None: a record from before slides, tumbling).

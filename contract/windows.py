@@ -117,6 +117,12 @@ def first_row_needed(cut_ms: int, new: Windowing) -> int:
     return cut_ms - new.reach_ms
 
 
+def buffer_start(cut_ms: int, old: Windowing, new: Windowing, rolls_back: bool) -> int:
+    """The earliest event time the new graph of a swap cut at W receives: what its own first window
+    after W needs and, for a swap that rolls back on its own, what the old version's would."""
+    return cut_ms - max(new.reach_ms, old.reach_ms if rolls_back else 0)
+
+
 def promotion_boundary(
     max_window_end_ms: int | None, old: Windowing, new: Windowing, since_ms: int, watermark_ms: int | None = None
 ) -> int:
@@ -146,7 +152,13 @@ def reached_cut(watermark_ms: int | None, cut_ms: int) -> bool:
     return cut_ms <= 0 or (watermark_ms is not None and watermark_ms >= cut_ms)
 
 
-def cut_boundary(max_window_end_ms: int | None, old: Windowing, new: Windowing, watermark_ms: int | None = None) -> int:
+def cut_boundary(
+    max_window_end_ms: int | None,
+    old: Windowing,
+    new: Windowing,
+    watermark_ms: int | None = None,
+    rolls_back: bool = False,
+) -> int:
     """The cut W of a swap from `old` to `new` windows, taken when the largest window end routed so
     far (over every source partition, on the service graph's window) is E and the service watermark
     is M: the first multiple of both grids (the lcm of the slides) at or after
@@ -162,10 +174,14 @@ def cut_boundary(max_window_end_ms: int | None, old: Windowing, new: Windowing, 
       at or after E, so they held no row when they closed (later rows before M are late).
     Every row routed before the cut is older than E, so no rule needs the rows' own times. With
     nothing routed yet (E None) any boundary works: W = 0, reached at once (`reached_cut`).
+
+    A swap that `rolls_back` on its own keeps, in its new graph's topic, every row the old version's
+    windows after W would need (`buffer_start`), so that its automatic rollback can take over from W:
+    then W >= E + old.size - old.slide too (a later cut only when the old version slides).
     """
     if max_window_end_ms is None:
         return 0
-    lower = max_window_end_ms + new.reach_ms
+    lower = max_window_end_ms + max(new.reach_ms, old.reach_ms if rolls_back else 0)
     if watermark_ms is not None:
         lower = max(lower, min(watermark_ms, max_window_end_ms + old.reach_ms))
     step = common_boundary_ms(old.grid_ms, new.grid_ms)

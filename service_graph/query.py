@@ -40,7 +40,7 @@ from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.records import read_current, read_graphs_named, read_service_state
 from hotswap.contract.settings import Settings
 from hotswap.contract.source import SourceFormat, SourceSpec
-from hotswap.contract.windows import reached_cut
+from hotswap.contract.windows import Windowing, buffer_start, reached_cut
 from hotswap.service_graph.errors import NoTargetGraph, ServiceGraphError
 from hotswap.service_graph.frames import BatchStats, median_event_time, route_and_write
 from hotswap.service_graph.kafka_io import MarkerWriter, SourceOffsets
@@ -279,13 +279,16 @@ class ServiceGraph:
         return swap.state is SwapPhase.DEPLOYED and not swap.is_recovery
 
     def _take_cut(self, swap: SwapRecord, state: ServiceState, batch_id: int) -> SwapRecord | None:
-        boundary = decide_cut(state, swap)
+        # A swap that rolls back on its own (never a rollback itself) keeps what its rollback needs.
+        rolls_back = (swap.auto_rollback or self._settings.auto_rollback) and swap.rollback_of is None
+        boundary = decide_cut(state, swap, rolls_back)
         if swap.shadow and swap.state is SwapPhase.DEPLOYED:
             started = self._journal.record_shadow_start(swap.id, boundary, batch_id)
             if started is not None:
                 log.info("shadow started", swap_id=swap.id, shadow_since=boundary, max_window_end=state.max_window_end)
             return started
-        cut = self._journal.record_cut(swap.id, boundary, batch_id)
+        kept = _kept_for_rollback(swap, boundary) if rolls_back else None
+        cut = self._journal.record_cut(swap.id, boundary, batch_id, buffer_from=kept)
         if cut is not None:
             crash_point("after:cut")
             log.info(
@@ -430,3 +433,14 @@ class ServiceGraph:
                 return advanced
             return self._journal.get(plan.cut.swap_id)
         return swap
+
+
+def _kept_for_rollback(swap: SwapRecord, boundary: int) -> int | None:
+    """Where a swap that rolls back on its own starts its new graph's buffer, when that is earlier
+    than its own windows need (the old version slides); None otherwise."""
+    if swap.old_window_ms is None or swap.new_window_ms is None:
+        return None
+    old = Windowing.of(swap.old_window_ms, swap.old_slide_ms)
+    new = Windowing.of(swap.new_window_ms, swap.new_slide_ms)
+    start = buffer_start(boundary, old, new, rolls_back=True)
+    return start if start < boundary - new.reach_ms else None

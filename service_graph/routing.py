@@ -68,7 +68,7 @@ def routing_swap(swaps: Iterable[SwapRecord]) -> SwapRecord | None:
     return chosen
 
 
-def decide_cut(state: ServiceState, swap: SwapRecord) -> int:
+def decide_cut(state: ServiceState, swap: SwapRecord, rolls_back: bool = False) -> int:
     """W for a swap being cut now: the first boundary of both versions' grids at or after the
     largest window any partition has routed, late enough that a sliding new version receives every
     row of its windows after W (contract.windows.cut_boundary states the rule)."""
@@ -80,7 +80,7 @@ def decide_cut(state: ServiceState, swap: SwapRecord) -> int:
         # A promoted shadow: it holds every row from S on already (contract.windows.promotion_boundary).
         return promotion_boundary(state.max_window_end, old, new, swap.shadow_since, state.watermark)
     # A fresh graph, or a shadow's start S: the first instant a graph deployed now could take over.
-    return cut_boundary(state.max_window_end, old, new, state.watermark)
+    return cut_boundary(state.max_window_end, old, new, state.watermark, rolls_back=rolls_back and not swap.shadow)
 
 
 def shadowing_swap(swaps: Iterable[SwapRecord]) -> SwapRecord | None:
@@ -126,12 +126,15 @@ def plan_batch(
         # rows from there up to W go to both graphs. The cut rule made sure none was routed before it.
         # A promoted shadow has received rows since its start S (<= W): it keeps receiving them from there.
         start = cut.boundary if swap is None or swap.shadow_since is None else min(swap.shadow_since, cut.boundary)
+        since = first_row_needed(start, target.windowing)
+        if swap is not None and swap.buffer_from is not None:
+            since = min(since, swap.buffer_from)  # what its rollback would need, kept in its buffer
         destinations = [
             Destination(query_id=cut.old_query, topic=cut.old_topic, until=cut.boundary, partitions=old_partitions),
             Destination(
                 query_id=target.query_id,
                 topic=target.topic,
-                since=first_row_needed(start, target.windowing),
+                since=since,
                 partitions=target.partitions,
             ),
         ]

@@ -213,6 +213,10 @@ class SwapProtocol:
         # A sliding replacement's first window after that point starts size - slide before it; the
         # buffer holds the rows the failed query received, from its own first window after its cut.
         buffer_from = None if cut is None else first_row_needed(cut, dead_windows)
+        if buffer_from is not None and swap.recovers is not None:
+            kept = self._journal.get(swap.recovers).buffer_from  # a swap that rolls back on its own kept more
+            if kept is not None:
+                buffer_from = min(buffer_from, kept)
         if buffer_from is not None and first_row_needed(stopped_at, new) < buffer_from:
             self._fail(
                 swap,

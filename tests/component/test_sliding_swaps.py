@@ -8,6 +8,7 @@ import pytest
 from hotswap.contract.journal import SwapPhase, SwapRecord
 from hotswap.contract.models import GraphState
 from hotswap.contract.reasons import ReasonCode
+from hotswap.contract.records import read_service_state
 from hotswap.contract.windows import Windowing
 from tests.component.fakes import World, query
 
@@ -74,3 +75,51 @@ def test_a_sliding_query_reaching_before_the_buffer_is_refused_with_the_reason(w
     assert "40s every 10s windows ending after 00:00:30.000 need rows from 00:00:00.000" in refused.error
     assert "the buffer of s starts at 00:00:10.000" in refused.error
     assert world.state(stranded) is SwapPhase.STRANDED  # still waiting for a rollback or a fix that fits
+
+
+def test_a_swap_away_from_a_sliding_query_with_auto_rollback_keeps_what_its_rollback_needs(world: World) -> None:
+    """a (10 s) -> s (30 s every 10 s) -> p (10 s, --auto-rollback), and p fails for good on every
+    row: the rollback to s needs rows from W - 20 s, so p's cut comes 20 s later than p's own windows
+    would need, and p's buffer starts at W - 20 s. (Found by the soak: the rollback was refused with
+    recovery_not_aligned, and the namespace waited for an operator.)"""
+    to_sliding = world.submit("s", 30_000, slide_ms=10_000)
+    world.deploy(to_sliding)
+    world.service_state(window_end=10_000)
+    world.service.tick()
+    assert world.journal.get(to_sliding).cut_window_end == 30_000
+    world.watermark_passes_cut(to_sliding)
+    world.emitted_through("a", 30_000)
+    for _ in range(3):
+        world.protocol.step()
+    assert world.state(to_sliding) is SwapPhase.COMPLETED
+
+    world.journal.create(SwapRecord(id="p", to_query="p", source=query("p", 10_000), auto_rollback=True))
+    world.deploy("p")
+    world.service_state(window_end=60_000)
+    world.service.tick()
+    cut = world.journal.get("p")
+    assert cut.cut_window_end == 80_000  # >= 60 s + 20 s (s's reach), not 60 s
+    assert cut.buffer_from == 60_000
+    swaps = world.journal.open()
+    plan = world.service._next_plan(1, read_service_state(world.client, world.keys), swaps)
+    receivers = {d.query_id: d for d in plan.receivers}
+    assert receivers["p"].since == 60_000  # the rows s's windows after W need go to p's topic too
+
+    world.watermark_passes_cut("p")
+    world.emitted_through("s", 80_000)
+    for _ in range(3):
+        world.protocol.step()
+    assert world.state("p") is SwapPhase.COMPLETED
+    record = world.graphs.get("p")
+    assert record is not None
+    world.graphs.fake_runner.stop("p")
+    world.graphs.save(record.changed(state=GraphState.FAILED))
+    world.protocol.graphs_failed([(record, "query p kept failing")])
+    for _ in range(8):
+        world.protocol.step()
+    back = next(s for s in world.journal.all() if s.rollback_of == "p")
+    assert back.state is SwapPhase.COMPLETED, back.error
+    assert world.state("p") is SwapPhase.ROLLED_BACK
+    taking_over = world.graphs.get(back.to_query)
+    assert taking_over is not None
+    assert (taking_over.start_after, taking_over.reads_from) == (80_000, 60_000)

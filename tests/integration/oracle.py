@@ -214,7 +214,9 @@ class Truth:
         watermark = min(tops.values()) - self.settings.lateness.ms
         old_reach = min(watermark, largest_end + old_size - old_slide)
         if shadow_since is None:
-            lower = max(largest_end + new_size - new_slide, old_reach)
+            # A swap that rolls back on its own also keeps what the old version's windows after W need.
+            kept = old_size - old_slide if swap.auto_rollback and swap.rollback_of is None else 0
+            lower = max(largest_end + max(new_size - new_slide, kept), old_reach)
         else:
             lower = max(shadow_since, largest_end, old_reach)
         return first_multiple_at_or_after(lower, step)
