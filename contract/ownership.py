@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import redis
 
-from hotswap.contract.journal import Journal, SwapRecord
+from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
 from hotswap.contract.models import GraphRecord, Record
 from hotswap.contract.names import Keys
 from hotswap.contract.records import read_current
@@ -46,19 +46,34 @@ class WindowOwner(Record):
 def window_owners(swaps: Iterable[SwapRecord], current: str | None) -> list[WindowOwner]:
     """Which version answers which windows, oldest first. Each recorded cut moves ownership, whether
     its swap completed, was rolled back later (its windows stay its own), is stranded (its rows wait
-    in its topic) or is still draining."""
+    in its topic) or is still draining.
+
+    Cuts are taken in the order of their W (each swap's cut is at or after the one before it), which
+    is not always the journal's: a fix or a rollback of a failed query goes ahead of swaps queued
+    before it. Equal Ws keep the order in which they were recorded."""
     owners: list[WindowOwner] = []
-    for swap in swaps:
-        moved = swap.state.is_past_cut or swap.state.is_done
-        if swap.cut_window_end is None or swap.from_query is None or not moved:
-            continue
+    cuts = sorted(
+        (
+            (swap.cut_window_end, _cut_recorded_at(swap), swap.from_query, swap)
+            for swap in swaps
+            if swap.cut_window_end is not None
+            and swap.from_query is not None
+            and (swap.state.is_past_cut or swap.state.is_done)
+        ),
+        key=lambda cut: cut[:2],
+    )
+    for cut, _, from_query, swap in cuts:
         if not owners:
-            owners.append(WindowOwner(query_id=swap.from_query, after=None, through=None))
-        owners[-1] = owners[-1].changed(through=swap.cut_window_end)
-        owners.append(WindowOwner(query_id=swap.to_query, after=swap.cut_window_end, through=None, swap_id=swap.id))
+            owners.append(WindowOwner(query_id=from_query, after=None, through=None))
+        owners[-1] = owners[-1].changed(through=cut)
+        owners.append(WindowOwner(query_id=swap.to_query, after=cut, through=None, swap_id=swap.id))
     if not owners and current is not None:
         owners.append(WindowOwner(query_id=current, after=None, through=None))
     return owners
+
+
+def _cut_recorded_at(swap: SwapRecord) -> int:
+    return next((entry.at for entry in swap.phases if entry.name is SwapPhase.CUT), 0)
 
 
 @dataclass(frozen=True)

@@ -256,3 +256,35 @@ def test_a_completion_and_the_relabel_of_the_swap_it_undid_are_one_write() -> No
     undone = journal.get("undone")
     assert (undone.state, undone.markers_written) == (SwapPhase.ROLLED_BACK, True)
     assert journal.open() == []
+
+
+def test_owners_follow_the_order_of_the_cuts_when_a_fix_goes_ahead_of_a_queued_swap(world: World) -> None:
+    """Found by the soak: a → b completed, b then failed for good; c, queued before the fix, waits;
+    the fix goes first and cuts earlier than c. Ownership follows the cuts, not the journal's order:
+    reading it in the journal's order gave c's predecessor an empty range, and its windows were
+    dropped by its result writer."""
+    forward = world.submit("b", 10_000)
+    world.deploy(forward)
+    assert world.complete(forward, 30_000).state is SwapPhase.COMPLETED
+    record = world.graphs.get("b")
+    assert record is not None
+    world.graphs.fake_runner.stop("b")
+    world.graphs.save(record.changed(state=GraphState.FAILED))
+    queued = world.submit("c", 10_000)
+    world.protocol.step()
+    assert world.state(queued) is SwapPhase.VALIDATED  # held back: b serves and has failed
+    world.journal.create(SwapRecord(id="fix", to_query="d", source=query("d", 10_000), recovers=forward))
+    world.emitted_through("b", 30_000)
+    for _ in range(6):
+        world.protocol.step()
+    assert world.state("fix") is SwapPhase.COMPLETED
+    world.deploy(queued)
+    assert world.complete(queued, 60_000).state is SwapPhase.COMPLETED
+
+    assert [s.id for s in world.journal.all()] == [forward, queued, "fix"]  # c was written before the fix
+    assert window_owners(world.journal.all(), "c") == [
+        OwnerStatus(query_id="a", after=None, through=30_000),
+        OwnerStatus(query_id="b", after=30_000, through=30_000, swap_id=forward),
+        OwnerStatus(query_id="d", after=30_000, through=60_000, swap_id="fix"),
+        OwnerStatus(query_id="c", after=60_000, through=None, swap_id=queued),
+    ]
