@@ -64,13 +64,14 @@ HOME = REPO / ".hotswap" / "soak"
 # When faults come and swaps go: seeded, so a run can be repeated (SOAK_SEED).
 CHANCE = Random(int(os.environ.get("SOAK_SEED", "7")))  # noqa: S311 - timing, not secrets
 EXAMPLES = REPO / "examples"
-# The swaps' queries, in turn: (file, the oracle's aggregate). 10 s -> 30 s -> sliding 30/10 s ->
-# 10 s in Python (other columns) -> 10 s: each cuts against the one before.
+# The swaps' queries, in turn: (file, the oracle's aggregate). 10 s -> 30 s -> 10 s in Python (other
+# columns) -> 10 s -> sliding 30/10 s: each cuts against the one before. The fifth swap of each round
+# is the poison query, so its automatic rollback goes back to a sliding query in the first minutes.
 CYCLE: list[tuple[Path, Aggregate]] = [
     (EXAMPLES / "max_per_key_30s.sql", peak_and_low),
-    (EXAMPLES / "count_per_key_30s_every_10s.sql", count_and_total),
     (EXAMPLES / "average_per_key.py", mean_and_n),
     (EXAMPLES / "count_per_key.sql", count_and_total),
+    (EXAMPLES / "count_per_key_30s_every_10s.sql", count_and_total),
 ]
 FIRST = (EXAMPLES / "count_per_key.sql", count_and_total)
 POISON_EVERY = 5  # every fifth swap is a poison query with --auto-rollback
