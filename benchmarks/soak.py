@@ -37,7 +37,7 @@ from typing import Any
 from kafka import KafkaAdminClient
 
 from benchmarks.common import RESULTS_DIR
-from hotswap.contract.journal import SwapPhase, SwapRecord
+from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
 from hotswap.contract.names import Keys
 from hotswap.contract.settings import Settings
 from hotswap.executor.operator.client import Client, redis_client
@@ -79,6 +79,7 @@ SHADOW_EVERY = 7  # every seventh runs as a shadow, then is promoted
 FAULTS = ("kill_executor", "stall_executor", "restart_broker", "restart_redis")
 SAMPLE_EVERY_S = 10.0
 LEASE_TTL_S = 6.0
+JOURNAL_RETENTION = 5  # ended swaps kept: the soak keeps its own copy of every swap for the oracle
 
 
 @dataclass
@@ -91,6 +92,8 @@ class Soak:
     faults: list[dict[str, Any]] = field(default_factory=list)
     samples: list[dict[str, Any]] = field(default_factory=list)
     aggregates: dict[str, Aggregate] = field(default_factory=dict)  # query id -> its oracle
+    # Every swap as last seen: the journal forgets old ones (journal_retention), the oracle needs all.
+    swaps: dict[str, SwapRecord] = field(default_factory=dict)
     began: float = field(default_factory=time.monotonic)
     last_sample: float = 0.0
 
@@ -102,6 +105,8 @@ class Soak:
             "HOTSWAP_AUTO_ROLLBACK": "false",
             "HOTSWAP_LEASE_TTL": f"{LEASE_TTL_S:.0f}s",
             "HOTSWAP_REDIS_MAY_LOSE_WRITES": "false",
+            # Small, so that the run shows the journal, graph records, checkpoints and topics level off.
+            "HOTSWAP_JOURNAL_RETENTION": str(JOURNAL_RETENTION),
         }
         process = ExecutorProcess(self.settings, FIRST[0], self.log_dir, env=env)
         with redis_client(self.settings) as control:
@@ -212,10 +217,12 @@ class Soak:
             if jvm is not None:
                 pids["spark_jvm"] = jvm
         processes = {name: _process(pid) for name, pid in pids.items()}
+        root = self.settings.names.checkpoint_root
         prefix = f"hotswap.{self.settings.namespace}."
         try:
             with redis_client(self.settings) as control:
                 keys = sum(1 for _ in control.scan_iter(match=f"{Keys(self.settings.namespace).prefix}:*", count=500))
+                self.keep_swaps(Journal(control, Keys(self.settings.namespace)).all())
             admin = KafkaAdminClient(**self.settings.kafka_python_config())
             try:
                 topics = sum(1 for t in admin.list_topics() if t.startswith(prefix))
@@ -230,9 +237,16 @@ class Soak:
                 "processes": processes,
                 "redis_keys": keys,
                 "kafka_topics": topics,
-                "checkpoint_bytes": _bytes(self.settings.names.checkpoint_root),
+                # The service graph's checkpoint keeps every batch's offsets in this run (the oracle
+                # reads them), so the graphs' checkpoints are measured apart from it.
+                "graph_checkpoint_bytes": _bytes(root) - _bytes(self.settings.names.service_checkpoint),
+                "service_checkpoint_bytes": _bytes(self.settings.names.service_checkpoint),
             }
         )
+
+    def keep_swaps(self, swaps: list[SwapRecord]) -> None:
+        for swap in swaps:
+            self.swaps[swap.id] = swap
 
 
 def _zombie(pid: int) -> bool:
@@ -307,7 +321,8 @@ def count_wrong(
 
 def verdict(soak: Soak, client: Client) -> dict[str, Any]:
     truth = settle(soak.settings, lambda: _final_watermark(client), timeout_s=600)
-    swaps = client.journal.all()
+    soak.keep_swaps(client.journal.all())
+    swaps = sorted(soak.swaps.values(), key=lambda s: s.phases[0].at if s.phases else 0)
     done = sorted((s for s in swaps if s.state.is_done), key=lambda s: int(s.cut_window_end or 0))
     first = FIRST[0].stem
     versions = [Version(first, 10_000, FIRST[1])]
@@ -403,7 +418,7 @@ def _plot(report: dict[str, Any], path: Path) -> None:
     if not samples:
         return
     at = [s["at_s"] / 60 for s in samples]
-    fig, axes = plt.subplots(4, 1, figsize=(10, 11), sharex=True)
+    fig, axes = plt.subplots(5, 1, figsize=(10, 13), sharex=True)
     names = sorted({name for s in samples for name in s["processes"]})
     for name in names:
         rss = [(s["processes"].get(name) or {}).get("rss_mb") for s in samples]
@@ -413,14 +428,15 @@ def _plot(report: dict[str, Any], path: Path) -> None:
     for ax, key, label in (
         (axes[1], "redis_keys", "Redis keys"),
         (axes[2], "kafka_topics", "Kafka topics"),
-        (axes[3], "checkpoint_bytes", "checkpoint bytes"),
+        (axes[3], "graph_checkpoint_bytes", "graphs' checkpoints (bytes)"),
+        (axes[4], "service_checkpoint_bytes", "service checkpoint (bytes,\nevery batch kept for the oracle)"),
     ):
         ax.plot(at, [s[key] if s[key] >= 0 else None for s in samples])
         ax.set_ylabel(label)
     for fault in report["faults"]:
         for ax in axes:
             ax.axvline(fault["at_s"] / 60, color="red", alpha=0.3, linewidth=0.8)
-    axes[3].set_xlabel("minutes (red: a fault)")
+    axes[4].set_xlabel("minutes (red: a fault)")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
 

@@ -334,6 +334,23 @@ class Journal:
             raw = self._raw(swap_id)
             relabel_raw = self._raw(also.relabel[0]) if also.relabel else None
 
+    def forget(self, swaps: Sequence[SwapRecord]) -> bool:
+        """Remove ended swaps from the journal (retention), in one write that fails if any of them
+        changed since it was read (a completed swap may still be relabelled). True if removed."""
+        if not swaps:
+            return True
+        batch = Batch()
+        for swap in swaps:
+            assert swap.state.is_terminal, swap.id
+            raw = self._raw(swap.id)
+            if SwapRecord.model_validate_json(raw) != swap:
+                return False  # changed since it was read: the next sweep decides again
+            batch.expect(self._keys.swap(swap.id), raw)
+            batch.delete(self._keys.swap(swap.id)).lrem(self._keys.swaps, 0, swap.id)
+            batch.delete(self._keys.shadow_diff(swap.id))
+        batch.incr(self._keys.journal_version)
+        return write(self._redis, self._fence, batch)
+
     def _raw(self, swap_id: str) -> bytes:
         raw = self._redis.get(self._keys.swap(swap_id))
         if raw is None:

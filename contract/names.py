@@ -96,6 +96,12 @@ class Keys:
         return f"{self.prefix}:progress:{query_id}"
 
     @property
+    def forgotten_names(self) -> str:
+        """Hash of query name -> the highest number a forgotten graph of that name had (retention):
+        a query id is never given twice, even after its graph's record is gone."""
+        return f"{self.prefix}:forgotten-names"
+
+    @property
     def counters(self) -> str:
         """Hash of counters: late_records, dead_letter_records, expired_records, stalled batches
         (`STALLED` + the query id, or `service`)."""

@@ -135,6 +135,10 @@ class Settings(BaseSettings):
     # graph's topic always has one.
     graph_partitions: int | None = Field(default=None, ge=1, le=1024)
     keep_retired_topics: bool = False
+    # How many ended swaps the journal keeps for `history` and `status`. Older ones are forgotten
+    # once none of their queries serves, with their retired graphs' records, progress, checkpoints
+    # and topics: a namespace that swaps for months keeps a bounded Redis, broker and disk.
+    journal_retention: int = Field(default=100, ge=1)
 
     # -- What a submitted query may do (README, "Security") -----------------------------------
     # The kinds of query file accepted: "sql", or "sql,python". A .py query runs as code with the

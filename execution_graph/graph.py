@@ -253,6 +253,13 @@ class GraphRunner:
         except (ValueError, KeyError, TypeError):
             return None
 
+    def remove_checkpoint(self, query_id: str) -> None:
+        """Delete a retired graph's checkpoint (through Hadoop's file system, so a checkpoint on a
+        cluster's store goes too). Never called for a graph whose query runs."""
+        fs, root = self._checkpoint(query_id)
+        if fs.exists(root):
+            fs.delete(root, True)
+
     def _checkpoint(self, query_id: str) -> tuple[Any, Any]:
         """The Hadoop file system and root path of a graph's checkpoint (local or on a cluster's store)."""
         root = self._path(None, str(self._settings.names.graph_checkpoint(query_id)))

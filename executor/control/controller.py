@@ -37,6 +37,7 @@ from hotswap.executor.control.durability import check_durability
 from hotswap.executor.control.graphs import Graphs
 from hotswap.executor.control.lease import Lease
 from hotswap.executor.control.namespace import JournalSeen, claim
+from hotswap.executor.control.retention import Retention
 from hotswap.executor.control.swap import SwapProtocol
 from hotswap.executor.control.topics import Topics
 from hotswap.executor.control.transient import TransientErrorsPersisted
@@ -79,6 +80,8 @@ class Executor:
         self.dry_runs = DryRuns(settings, spark, client, self.graphs)  # `submit --dry-run`: answered, never recorded
         self._phase = ExecutorPhase.STOPPED
         self.ready = threading.Event()
+        journal = Journal(client, self._keys, self._fence)
+        self._retention = Retention(settings, journal, self.graphs, Topics(settings))
         self._journal_seen = JournalSeen(settings)  # the journal's version, kept beside the checkpoints
 
     def spark_queries(self) -> list[StreamingQuery]:
@@ -147,6 +150,7 @@ class Executor:
         self.service.supervise()
         self.service.tick()
         self.dry_runs.answer_pending()
+        self._retention.sweep_due()
         self._journal_seen.note(int(self._redis.get(self._keys.journal_version) or 0))
 
     def _bootstrap(self, initial: QuerySource | None) -> None:
@@ -276,7 +280,8 @@ class Executor:
             self._enter(ExecutorPhase.STOPPING)
         if self._swaps is not None:
             self._swaps.close()  # a validation in progress is abandoned, after a short bound at most
-        for action in (self.service.stop, self.graphs.runner.stop_all, self._topics.close, self._stopped):
+        closing = (self._topics.close, self._retention.close)
+        for action in (self.service.stop, self.graphs.runner.stop_all, *closing, self._stopped):
             try:
                 action()
             except (HotswapError, redis.RedisError, OSError) as exc:

@@ -96,6 +96,10 @@ class Graphs:
 
     def unique_id(self, name: str, taken: set[str]) -> str:
         def used(query_id: str) -> bool:
+            base, number = numbered(query_id)
+            forgotten = self._redis.hget(self._keys.forgotten_names, base)  # ids up to base-N were given
+            if forgotten is not None and number <= int(forgotten):
+                return True
             return query_id in taken or bool(self._redis.hexists(self._keys.graphs, query_id))
 
         if not used(name):
@@ -341,6 +345,26 @@ class Graphs:
             if not self._topic_in_use(record):
                 self._topics.delete(record.topic)
 
+    def forget(self, record: GraphRecord) -> None:
+        """Remove what a retired graph left behind (retention): its checkpoint, then its record,
+        progress and counters (its topics go with the sweep's). Each step can be repeated, so a
+        crash halfway is finished by the next sweep."""
+        assert record.retired_at is not None, record.query_id
+        self.runner.remove_checkpoint(record.query_id)
+        base, number = numbered(record.query_id)
+        raw = self._redis.hget(self._keys.forgotten_names, base)
+
+        def queue(batch: Batch) -> None:
+            batch.hdel(self._keys.graphs, record.query_id)
+            batch.delete(self._keys.progress(record.query_id))
+            batch.hdel(self._keys.counters, f"{STALLED}{record.query_id}")
+            if raw is None or int(raw) < number:
+                batch.hset(self._keys.forgotten_names, base, str(number))
+
+        fenced_write(self._redis, self._fence, queue)
+        self._restarts.pop(record.query_id, None)
+        self.stalls.pop(record.query_id, None)
+
     def _topic_in_use(self, record: GraphRecord) -> bool:
         """Whether another graph still needs this graph's topic: one that took over a failed graph's
         buffer, or the failed graph itself (it owns its windows until it is retired)."""
@@ -353,3 +377,11 @@ class Graphs:
             other.topic == record.topic and other.query_id != record.query_id and needs(other)
             for other in self.records().values()
         )
+
+
+def numbered(query_id: str) -> tuple[str, int]:
+    """A query id as its name and number: `count-3` is (`count`, 3), `count` is (`count`, 1)."""
+    base, _, suffix = query_id.rpartition("-")
+    if base and suffix.isdigit() and int(suffix) >= 2:
+        return base, int(suffix)
+    return query_id, 1

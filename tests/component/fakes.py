@@ -101,6 +101,7 @@ class FakeRunner:
         self.ready_checks: list[str] = []
         self.stalling: dict[str, str] = {}  # query id -> its next batch stalls, with this line
         self.stop_hangs: dict[str, threading.Event] = {}  # query id -> its stop returns once this is set
+        self.removed_checkpoints: list[str] = []
 
     def start(self, record: GraphRecord, writer: object) -> None:
         self.started.append(record.query_id)
@@ -166,6 +167,11 @@ class FakeRunner:
     def last_commit_watermark(self, query_id: str) -> int | None:
         return None
 
+    def remove_checkpoint(self, query_id: str) -> None:
+        assert query_id not in self.queries, f"{query_id} still runs"
+        assert query_id not in self.starting, f"{query_id} still starts"
+        self.removed_checkpoints.append(query_id)
+
 
 class FakeTopics:
     def __init__(self) -> None:
@@ -173,15 +179,24 @@ class FakeTopics:
         self.deleted: list[str] = []
         self.refuse: dict[str, HotswapError] = {}  # topic -> what Kafka's refusal to create it raises
         self.attempts: list[str] = []
+        self.existing: set[str] = set()  # what the broker holds now
 
     def ensure(self, topic: str, partitions: int, config: dict[str, str] | None = None) -> None:
         self.attempts.append(topic)
         if topic in self.refuse:
             raise self.refuse[topic]
         self.created.append(topic)
+        self.existing.add(topic)
 
     def delete(self, topic: str) -> None:
         self.deleted.append(topic)
+        self.existing.discard(topic)
+
+    def names(self, prefix: str) -> list[str]:
+        return sorted(t for t in self.existing if t.startswith(prefix))
+
+    def close(self) -> None:
+        pass
 
 
 class SparklessGraphs(Graphs):
