@@ -11,7 +11,9 @@ marker: only the event time is set, and the value is empty). The execution graph
 
 A dead letter keeps the record's key and value too, with headers `hotswap.reason` (one line naming
 the field, e.g. "field created_at: 'yesterday' is not a timestamp"), `hotswap.reason_code` (one of
-`DeadLetterReason`) and `hotswap.source` (`partition/offset`).
+`DeadLetterReason`) and `hotswap.source` (`partition/offset`). A row of a poison batch (the serving
+query failed on it for good) also keeps its `hotswap.route` header and names the query in
+`hotswap.query`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ ROUTE_HEADER = "hotswap.route"
 REASON_HEADER = "hotswap.reason"
 REASON_CODE_HEADER = "hotswap.reason_code"
 SOURCE_HEADER = "hotswap.source"
+QUERY_HEADER = "hotswap.query"
 
 
 class RowKind(StrEnum):
@@ -43,6 +46,7 @@ class DeadLetterReason(StrEnum):
     BAD_EVENT_TIME = "bad_event_time"  # the event time does not parse as a timestamp
     EVENT_TIME_OUT_OF_RANGE = "event_time_out_of_range"  # before 1970 or after 9999 less 100 years
     TOO_FAR_AHEAD = "too_far_ahead"  # more than max_time_jump ahead of the service watermark
+    POISON_BATCH = "poison_batch"  # in a batch the serving query failed on for good (poison_batches = dead_letter)
 
 
 def marker_route(event_time_ms: int) -> bytes:

@@ -52,6 +52,29 @@ class GraphState(StrEnum):
     FAILED = "failed"
 
 
+class SkippedRows(Record):
+    """Rows of a graph's topic that its query skips: a batch it failed on for good, sent to the
+    dead-letter topic (`poison_batches = dead_letter`). Offsets from `start` up to, not including,
+    `end`; for a closing graph, only the rows of the windows it was closing (event time from
+    `since_ms`, None: any, up to `until_ms`, not included)."""
+
+    partition: int
+    start: int
+    end: int
+    batch_id: int  # the graph's batch that failed on them
+    since_ms: int | None = None
+    until_ms: int | None = None
+
+    def holds(self, partition: int, offset: int, event_time: int | None) -> bool:
+        if partition != self.partition or not self.start <= offset < self.end:
+            return False
+        if event_time is None:
+            return self.since_ms is None and self.until_ms is None
+        return (self.since_ms is None or event_time >= self.since_ms) and (
+            self.until_ms is None or event_time < self.until_ms
+        )
+
+
 class GraphRecord(Record):
     """One execution graph: a user query version, its input topic and its Spark query."""
 
@@ -82,6 +105,7 @@ class GraphRecord(Record):
     # reads one: Spark's max-based watermark is only safe on a single partition).
     engine: GraphEngine = GraphEngine.STATEFUL
     partitions: int = Field(default=1, ge=1)
+    skipped: tuple[SkippedRows, ...] = ()
 
     @property
     def windowing(self) -> Windowing:

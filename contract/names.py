@@ -15,6 +15,7 @@ from pathlib import Path
 
 # Counter names in the counters hash that are followed by a query id (or `service`).
 STALLED = "stalled_batches:"  # batches cancelled for running longer than batch_stall_timeout
+SKIPPED = "skipped_batches:"  # poison batches a graph skipped, its rows dead-lettered (poison_batches)
 
 
 @dataclass(frozen=True)

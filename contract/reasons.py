@@ -45,6 +45,9 @@ class ReasonCode(StrEnum):
     # -- said in the log and counted, not a swap's end ----------------------------------------
     BATCH_STALLED = "batch_stalled"  # a batch ran over batch_stall_timeout; cancelled, its query restarted
     RETIRE_TIMEOUT = "retire_timeout"  # a drained old query did not stop within retire_timeout; retired anyway
+    POISON_BATCH_SKIPPED = (
+        "poison_batch_skipped"  # the serving query failed for good on a batch: its rows dead-lettered
+    )
 
     # -- aborted ------------------------------------------------------------------------------
     ABORTED_BY_OPERATOR = "aborted_by_operator"  # `hotswap abort` or `hotswap rollback` before the cut

@@ -161,6 +161,11 @@ class Settings(BaseSettings):
     # stalled (a hung task, a cluster that lost its executors): it is cancelled, counted, and its
     # query restarted from its checkpoint (one of query_restarts). "off" (None): no watch.
     batch_stall_timeout: OffOrDuration = Duration(300_000, "300s")
+    # When the serving query fails for good on a batch (its restarts spent): "fail" leaves it failed
+    # until `hotswap replace`; "dead_letter" sends that batch's rows to the dead-letter topic
+    # (reason poison_batch), counts them, and goes on without them. Off by default: it drops rows
+    # from results, which only the operator may choose.
+    poison_batches: Literal["fail", "dead_letter"] = "fail"
     # How long a drained old graph's query may take to stop before the swap goes on without it (it
     # has emitted every window it owns; the ownership filter drops anything it would still write).
     retire_timeout: Duration = Duration(60_000, "60s")

@@ -200,6 +200,12 @@ class GraphStatus(StatusPart):
     stalled_batches: int = Field(
         default=0, ge=0, description="Its batches cancelled for running longer than batch_stall_timeout."
     )
+    skipped_batches: int = Field(
+        default=0,
+        ge=0,
+        description="Batches it failed on for good and went on without, their rows in the dead-letter topic "
+        "(poison_batches = dead_letter; dead_letters.poison_batch counts the rows).",
+    )
 
 
 class Status(StatusPart):
@@ -220,7 +226,8 @@ class Status(StatusPart):
     dead_letters: dict[str, int] = Field(
         default_factory=dict,
         description="Dead-lettered rows by reason code (not_json, not_avro, bad_magic_byte, type_mismatch, "
-        "missing_field, missing_event_time, bad_event_time, event_time_out_of_range, too_far_ahead, empty_record).",
+        "missing_field, missing_event_time, bad_event_time, event_time_out_of_range, too_far_ahead, empty_record, "
+        "poison_batch).",
     )
     source: str | None = Field(
         default=None, description="How the service graph reads the source topic: format, schema and event time."

@@ -74,6 +74,14 @@ class CheckpointDir:
         path = self.path(name)
         return bool(self._fs.exists(path)) and len(self._fs.listStatus(path)) > 0
 
+    def batch_ids(self, name: str) -> set[int]:
+        """The numbered entries of directory `name` (Spark's `offsets`, `commits`): empty if none."""
+        path = self.path(name)
+        if not self._fs.exists(path):
+            return set()
+        entries = (str(s.getPath().getName()) for s in self._fs.listStatus(path))
+        return {int(entry) for entry in entries if entry.isdigit()}
+
     def delete(self, name: str) -> None:
         path = self.path(name)
         if self._fs.exists(path):

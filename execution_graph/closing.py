@@ -40,7 +40,7 @@ from hotswap.contract.source import EVENT_TIME_COLUMN
 from hotswap.contract.windows import GRAPH_WATERMARK_DELAY_MS, Windowing
 from hotswap.execution_graph.checkpoint import CheckpointDir
 from hotswap.execution_graph.errors import GraphStateLost
-from hotswap.execution_graph.events import ROUTE, parsed_events, routed_rows, version_reads
+from hotswap.execution_graph.events import ROUTE, parsed_events, routed_rows, version_reads, without_skipped
 from hotswap.execution_graph.user_query import QueryFunction
 
 log = structlog.get_logger(__name__)
@@ -51,6 +51,9 @@ BatchWriter = Callable[[DataFrame, int], None]
 # the one before it; a few more are kept for whoever reads a checkpoint by hand.
 STATE_FILES_KEPT = 10
 STATE_DIR = "closing"
+# Which rows the last batch that failed computed windows over, written when it fails: the rows a
+# skipped poison batch dead-letters (`poison_batches`), read by GraphRunner.failing_rows.
+FAILED_FILE = f"{STATE_DIR}/failed"
 
 
 # -- the state, free of Spark ----------------------------------------------------------------------
@@ -273,17 +276,24 @@ class WindowCloser:
         keep = ["kind = 'data'", f"{EVENT_TIME_COLUMN} < timestamp_millis({closing.through})"]
         if since is not None:
             keep.append(f"{EVENT_TIME_COLUMN} >= timestamp_millis({since})")
-        data = routed_rows(raw).where(" AND ".join(keep))
+        data = routed_rows(without_skipped(raw, record.skipped)).where(" AND ".join(keep))
         events = (
             parsed_events(spark, data, version_reads(record))
             # A replayed service batch wrote its rows again: each source event is counted once.
             .dropDuplicates(["_hotswap_partition", "_hotswap_offset"])
             .drop("_hotswap_partition", "_hotswap_offset")
         )
-        output = self._query(events)
-        after = "" if closing.after is None else f"window_end > timestamp_millis({closing.after}) AND "
-        closed = output.where(f"{after}window_end <= timestamp_millis({closing.through})")
-        self._writer(closed, batch_id)
+        try:
+            output = self._query(events)
+            after = "" if closing.after is None else f"window_end > timestamp_millis({closing.after}) AND "
+            closed = output.where(f"{after}window_end <= timestamp_millis({closing.through})")
+            self._writer(closed, batch_id)
+        except Exception:
+            # Said before the batch fails: the rows a skipped poison batch dead-letters.
+            offsets = {str(p): list(r) for p, r in closing.offsets.items()}
+            failed = {"batch_id": batch_id, "offsets": offsets, "since_ms": since, "until_ms": closing.through}
+            self._files.replace(FAILED_FILE, json.dumps(failed))
+            raise
         crash_point("graph:after-results")  # results out, the batch not committed: Spark replays it
         log.debug(
             "windows closed",

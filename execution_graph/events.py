@@ -8,10 +8,12 @@ graph's stream, the closing graph's per-window batch job, and validation.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from hotswap.contract.models import GraphRecord
+from hotswap.contract.models import GraphRecord, SkippedRows
 from hotswap.contract.settings import Settings
 from hotswap.contract.source import (
     EVENT_TIME_COLUMN,
@@ -75,6 +77,25 @@ def graph_topic_stream(spark: SparkSession, settings: Settings, topic: str) -> D
     )
 
 
+def without_skipped(raw: DataFrame, skipped: Sequence[SkippedRows]) -> DataFrame:
+    """Raw graph-topic records less the data rows of the batches the graph skipped (their rows were
+    dead-lettered, `poison_batches`). Markers stay: the graph's watermark still moves past them."""
+    if not skipped:
+        return raw
+    event_time = f"try_cast({ROUTE}[3] AS BIGINT)"
+
+    def held(r: SkippedRows) -> str:
+        terms = [f"partition = {int(r.partition)}", f"offset >= {int(r.start)}", f"offset < {int(r.end)}"]
+        if r.since_ms is not None:
+            terms.append(f"{event_time} >= {int(r.since_ms)}")
+        if r.until_ms is not None:
+            terms.append(f"{event_time} < {int(r.until_ms)}")
+        return "(" + " AND ".join(terms) + ")"
+
+    ranges = " OR ".join(held(r) for r in skipped)
+    return raw.where(f"coalesce({ROUTE}[0] <> 'data', false) OR NOT coalesce({ranges}, false)")
+
+
 def routed_rows(raw: DataFrame) -> DataFrame:
     """Graph-topic records with the service graph's route header (contract/envelope.py) spread into
     columns: kind, source partition and offset, event time, source record timestamp; and the
@@ -115,12 +136,17 @@ def parsed_events(spark: SparkSession, data: DataFrame, reads: SourceSpec) -> Da
 
 
 def events_stream(
-    spark: SparkSession, settings: Settings, topic: str, reads: SourceSpec, start_after: int | None = None
+    spark: SparkSession,
+    settings: Settings,
+    topic: str,
+    reads: SourceSpec,
+    start_after: int | None = None,
+    skipped: Sequence[SkippedRows] = (),
 ) -> DataFrame:
     """The `events` a stateful graph's query sees, from the data rows of the graph's input topic,
     watermarked; from event time `start_after` on when the graph took over a failed graph's topic.
     `reads` is the version's resolved source (execution_graph.schemas.resolve)."""
-    rows = routed_rows(graph_topic_stream(spark, settings, topic))
+    rows = routed_rows(without_skipped(graph_topic_stream(spark, settings, topic), skipped))
     watermarked = rows.withWatermark(EVENT_TIME_COLUMN, f"{GRAPH_WATERMARK_DELAY_MS} milliseconds")
     # Keeps data rows and drops markers, but only after the watermark node has seen them.
     keep = "true" if start_after is None else f"{EVENT_TIME_COLUMN} >= timestamp_millis({int(start_after)})"

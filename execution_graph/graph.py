@@ -28,11 +28,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from hotswap.contract.lifecycle import BatchWatch, stall_text, stop_between_batches
-from hotswap.contract.models import GraphEngine, GraphRecord
+from hotswap.contract.models import GraphEngine, GraphRecord, SkippedRows
 from hotswap.contract.settings import Settings
 from hotswap.contract.source import SourceSpec
 from hotswap.execution_graph.checkpoint import CheckpointDir, CheckpointFiles
-from hotswap.execution_graph.closing import WindowCloser, closing_state
+from hotswap.execution_graph.closing import FAILED_FILE, WindowCloser, closing_state
 from hotswap.execution_graph.confinement import isolated_session
 from hotswap.execution_graph.errors import GraphStartFailed
 from hotswap.execution_graph.events import batch_events, events_stream, graph_topic_stream, version_reads
@@ -142,7 +142,9 @@ class GraphRunner:
                 .foreachBatch(closer)
             )
         else:
-            events = events_stream(session, self._settings, record.topic, self.reads(record), record.reads_from)
+            events = events_stream(
+                session, self._settings, record.topic, self.reads(record), record.reads_from, record.skipped
+            )
             output = apply_query(events, record.source, tables)
             stream = (
                 output.writeStream.queryName(self._settings.names.graph_query(record.query_id))
@@ -252,6 +254,52 @@ class GraphRunner:
             return int(json.loads(lines[1])["batchWatermarkMs"]) if len(lines) > 1 else None
         except (ValueError, KeyError, TypeError):
             return None
+
+    def failing_rows(self, record: GraphRecord) -> list[SkippedRows] | None:
+        """The rows of the batch the graph failed on: its last planned batch, which has no commit.
+        A stateful graph's batch read its offset range from the batch before; a closing graph's
+        windows were computed over the ranges it wrote when it failed. None: no such batch."""
+        files = CheckpointDir(self._spark, str(self._settings.names.graph_checkpoint(record.query_id)))
+        planned = files.batch_ids("offsets")
+        if not planned:
+            return None
+        batch_id = max(planned)
+        if batch_id in files.batch_ids("commits"):
+            return None  # nothing in flight failed: the query died between batches
+        if record.engine is GraphEngine.CLOSING:
+            text = files.read_text(FAILED_FILE)
+            failed = json.loads(text) if text else None
+            if failed is None or int(failed["batch_id"]) != batch_id:
+                return None
+            return [
+                SkippedRows(
+                    partition=int(p),
+                    start=int(r[0]),
+                    end=int(r[1]),
+                    batch_id=batch_id,
+                    since_ms=failed.get("since_ms"),
+                    until_ms=failed.get("until_ms"),
+                )
+                for p, r in sorted(failed["offsets"].items())
+            ]
+        end = self._planned_offsets(files, record.topic, batch_id)
+        start = self._planned_offsets(files, record.topic, batch_id - 1) if batch_id > 0 else {}
+        return [
+            SkippedRows(partition=p, start=start.get(p, 0), end=e, batch_id=batch_id)
+            for p, e in sorted(end.items())
+            if e > start.get(p, 0)
+        ]
+
+    def _planned_offsets(self, files: CheckpointDir, topic: str, batch_id: int) -> dict[int, int]:
+        """A batch's end offsets in the topic, from Spark's offset log (a version line, the batch's
+        metadata, then one line per source)."""
+        text = files.read_text(f"offsets/{batch_id}") or ""
+        offsets: dict[int, int] = {}
+        for line in text.splitlines()[2:]:
+            source = json.loads(line)
+            if isinstance(source, dict):
+                offsets.update({int(p): int(o) for p, o in source.get(topic, {}).items()})
+        return offsets
 
     def remove_checkpoint(self, query_id: str) -> None:
         """Delete a retired graph's checkpoint (through Hadoop's file system, so a checkpoint on a

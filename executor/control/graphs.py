@@ -13,14 +13,16 @@ from collections.abc import Callable, Iterable
 
 import redis
 import structlog
+from kafka.errors import KafkaError
 from pyspark.sql import SparkSession
 
 from hotswap.contract.causes import is_checkpoint_conflict
-from hotswap.contract.errors import TimeoutExpired
+from hotswap.contract.envelope import DeadLetterReason
+from hotswap.contract.errors import HotswapError, TimeoutExpired
 from hotswap.contract.fence import Batch, Fence, fenced_write
 from hotswap.contract.lifecycle import RestartBudget
 from hotswap.contract.models import CurrentQuery, GraphEngine, GraphRecord, GraphState, QuerySource, now_ms
-from hotswap.contract.names import STALLED, Keys
+from hotswap.contract.names import SKIPPED, STALLED, Keys
 from hotswap.contract.ownership import OwnershipReader
 from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.records import read_current, read_graphs, read_graphs_named
@@ -30,6 +32,7 @@ from hotswap.execution_graph.confinement import check_kind, check_size, isolated
 from hotswap.execution_graph.errors import QueryRejected
 from hotswap.execution_graph.events import batch_events
 from hotswap.execution_graph.graph import GraphRunner, events_stream
+from hotswap.execution_graph.poison import dead_letter_rows
 from hotswap.execution_graph.schemas import check_version
 from hotswap.execution_graph.validation import QueryShape, validate_query
 from hotswap.executor.control.topics import Topics
@@ -244,6 +247,11 @@ class Graphs:
                 continue
             new_failure = restarts.first_seen(now)
             over_budget = self._over_error_budget(query_id, restarts, now) if new_failure else None
+            if restarts.exhausted and not over_budget and self._skip_poison_batch(record, failure):
+                self._restarts[query_id] = RestartBudget(
+                    self._settings.query_restarts, self._settings.query_restart_backoff.s
+                )
+                continue
             if restarts.exhausted or over_budget:
                 why = f"{failure}; {over_budget}" if over_budget else failure
                 log.error("execution graph failed for good", query_id=query_id, attempts=restarts.attempts, error=why)
@@ -256,6 +264,44 @@ class Graphs:
             if restarts.restart_due(now):
                 self.runner.restart(record, self._writer(record))
         return failed
+
+    def _skip_poison_batch(self, record: GraphRecord, failure: str) -> bool:
+        """With `poison_batches = dead_letter`, the serving query that failed for good on a batch
+        moves that batch's rows to the dead-letter topic and goes on without them (True). Only once
+        per batch: failing again without those rows, it was not the rows."""
+        if self._settings.poison_batches != "dead_letter":
+            return False
+        current = self.current()
+        if current is None or current.query_id != record.query_id:
+            return False  # a new version is rolled back or fixed instead: nothing of it is lost
+        rows = self.runner.failing_rows(record)
+        if not rows or any(s.batch_id == rows[0].batch_id for s in record.skipped):
+            return False
+        why = f"the serving query {record.query_id} failed for good on its batch {rows[0].batch_id}: {failure}"
+        try:
+            moved = dead_letter_rows(self._settings, record, rows, why, self._settings.retry_deadline.s)
+        except (KafkaError, HotswapError) as exc:
+            log.error("poison batch not moved to the dead-letter topic", query_id=record.query_id, error=str(exc))
+            return False
+        skipping = record.changed(skipped=(*record.skipped, *rows))
+
+        def queue(batch: Batch) -> None:
+            batch.hset(self._keys.graphs, skipping.query_id, skipping.model_dump_json())
+            batch.hincrby(self._keys.counters, f"{SKIPPED}{record.query_id}", 1)
+            batch.hincrby(self._keys.counters, "dead_letter_records", moved)
+            batch.hincrby(self._keys.counters, f"dead_letter:{DeadLetterReason.POISON_BATCH}", moved)
+
+        fenced_write(self._redis, self._fence, queue)
+        log.warning(
+            "serving query failed for good on a batch; its rows went to the dead-letter topic and it goes on",
+            query_id=record.query_id,
+            batch=rows[0].batch_id,
+            rows=moved,
+            error=failure,
+            reason_code=ReasonCode.POISON_BATCH_SKIPPED,
+        )
+        self.runner.restart(skipping, self._writer(skipping))
+        return True
 
     def _stalled(self, query_id: str, stall: str) -> None:
         """A stalled batch was cancelled: counted (status, metrics) and said once; supervision
@@ -357,7 +403,8 @@ class Graphs:
         def queue(batch: Batch) -> None:
             batch.hdel(self._keys.graphs, record.query_id)
             batch.delete(self._keys.progress(record.query_id))
-            batch.hdel(self._keys.counters, f"{STALLED}{record.query_id}")
+            for counter in (STALLED, SKIPPED, "routed:"):
+                batch.hdel(self._keys.counters, f"{counter}{record.query_id}")
             if raw is None or int(raw) < number:
                 batch.hset(self._keys.forgotten_names, base, str(number))
 

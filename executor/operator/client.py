@@ -24,7 +24,7 @@ from hotswap.contract.models import (
     QuerySource,
     ShadowDiff,
 )
-from hotswap.contract.names import STALLED, Keys
+from hotswap.contract.names import SKIPPED, STALLED, Keys
 from hotswap.contract.outages import OUTAGES, REDIS
 from hotswap.contract.phases import clock
 from hotswap.contract.plans import DRY_RUN_TTL_S, DryRunPlan, DryRunRequest
@@ -384,6 +384,7 @@ class Client:
                     engine=g.engine,
                     partitions=g.partitions,
                     stalled_batches=counters.get(f"{STALLED}{query_id}", 0),
+                    skipped_batches=counters.get(f"{SKIPPED}{query_id}", 0),
                 )
                 for query_id, g in graphs.items()
             },

@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector
 
 from hotswap.contract.journal import SwapPhase
 from hotswap.contract.models import ExecutorPhase
-from hotswap.contract.names import STALLED
+from hotswap.contract.names import SKIPPED, STALLED
 from hotswap.executor.operator.observe import ROUTED, Snapshot
 
 log = structlog.get_logger(__name__)
@@ -171,6 +171,15 @@ class SwapCollector(Collector):
         for query_id, n in sorted(snap.per_query(STALLED).items()):
             stalled.add_metric([query_id], n)
         yield stalled
+        skipped = CounterMetricFamily(
+            "hotswap_skipped_batches",
+            "Batches the serving query failed on for good and went on without, their rows dead-lettered "
+            "(poison_batches = dead_letter), by query.",
+            labels=["query_id"],
+        )
+        for query_id, n in sorted(snap.per_query(SKIPPED).items()):
+            skipped.add_metric([query_id], n)
+        yield skipped
         if snap.results_written is not None:
             yield CounterMetricFamily(
                 "hotswap_results_written",

@@ -25,6 +25,7 @@ from hotswap.contract.models import (
     QueryKind,
     QuerySource,
     ServiceState,
+    SkippedRows,
 )
 from hotswap.contract.names import Keys
 from hotswap.contract.records import read_service_state
@@ -102,6 +103,7 @@ class FakeRunner:
         self.stalling: dict[str, str] = {}  # query id -> its next batch stalls, with this line
         self.stop_hangs: dict[str, threading.Event] = {}  # query id -> its stop returns once this is set
         self.removed_checkpoints: list[str] = []
+        self.failing: dict[str, list[SkippedRows]] = {}  # query id -> the rows of the batch it fails on
 
     def start(self, record: GraphRecord, writer: object) -> None:
         self.started.append(record.query_id)
@@ -166,6 +168,9 @@ class FakeRunner:
 
     def last_commit_watermark(self, query_id: str) -> int | None:
         return None
+
+    def failing_rows(self, record: GraphRecord) -> list[SkippedRows] | None:
+        return self.failing.get(record.query_id)
 
     def remove_checkpoint(self, query_id: str) -> None:
         assert query_id not in self.queries, f"{query_id} still runs"

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
 import pytest
 import redis
+from kafka import KafkaProducer
 from pyspark.sql import SparkSession
 
 from hotswap.contract.journal import SwapPhase, SwapRecord
 from hotswap.contract.models import GraphState
 from hotswap.contract.names import STALLED, Keys
 from hotswap.contract.settings import Settings
+from hotswap.contract.status import GraphStatus
 from hotswap.executor.operator.client import Client
 from hotswap.executor.tools.generator import GeneratorSpec
 from hotswap.service_sink.audit import read_results
@@ -26,6 +29,7 @@ from tests.integration.harness import (
     executor_running,
     fails_on_rows,
     python_query,
+    read_topic,
     tally,
 )
 from tests.integration.oracle import Version, assert_invariants, count_and_total, mean_and_n, peak_and_low, settle
@@ -343,3 +347,59 @@ def test_a_first_query_that_failed_for_good_on_a_row_is_replaced(
     assert done.cut_window_end == stopped - stopped % 10_000  # from the end of its last window
     versions = [Version("poisoned_first", 10_000, count_and_total), Version("count_per_key", 10_000, count_and_total)]
     assert_invariants(read_results(settings), truth.on_time, versions, [truth.cut(done)], truth.closed_until)
+
+
+POISON_AWARE = """
+-- count_per_key, failing on any row whose key is 'poison'
+SELECT window.start AS window_start,
+       window.end   AS window_end,
+       key,
+       count(*)     AS n,
+       sum(CASE WHEN key = 'poison' THEN CAST(raise_error('poison row') AS BIGINT) ELSE value END) AS total
+FROM events
+GROUP BY window(event_time, '10 seconds'), key
+"""
+
+
+@pytest.mark.parametrize("engine", ["stateful", "closing"])
+def test_a_serving_query_that_fails_on_a_row_dead_letters_that_batch_and_goes_on(
+    settings: Settings, spark: SparkSession, client: Client, tmp_path: Path, engine: str
+) -> None:
+    """`poison_batches = dead_letter`: the serving query fails for good on a poison row; that batch's
+    rows go to the dead-letter topic, the query goes on without them, and every window is answered
+    once, from every row but those."""
+    query = tmp_path / "poison_aware.sql"
+    query.write_text(POISON_AWARE)
+    skipping = changed(
+        settings, query_restarts=1, query_restart_backoff="1s", poison_batches="dead_letter", graph_engine=engine
+    )
+    spec = GeneratorSpec(rate=300, keys=3, seed=79, disorder_ms=300, time_scale=10, start_ts=T0)
+
+    def graph() -> GraphStatus:
+        return client.status().graphs["poison_aware"]
+
+    with executor_running(skipping, spark, query), continuous_load(settings, spec) as load:
+        wait_until(lambda: committed_watermark(client, "poison_aware") > T0 + 20_000, 120, "first windows")
+        poison_ts = int(client.status().service.watermark or T0) + 2_000
+        producer = KafkaProducer(**settings.kafka_python_config(), acks="all")
+        body = {"key": "poison", "value": 1, "ts": poison_ts}
+        producer.send(settings.source_topic, value=json.dumps(body).encode(), partition=0)
+        producer.flush(timeout=30)
+        producer.close(timeout=10)
+        wait_until(lambda: graph().skipped_batches == 1, 120, "the poison batch to be skipped")
+        wait_until(lambda: committed_watermark(client, "poison_aware") > poison_ts + 30_000, 120, "windows after it")
+        load.stop()
+        truth = settle(settings, lambda: committed_watermark(client, "poison_aware"))
+    status = client.status()
+    dead = [
+        r
+        for r in read_topic(settings, settings.names.dead_letter_topic)
+        if r.headers.get("hotswap.reason_code") == b"poison_batch"
+    ]
+    assert any(json.loads(r.value)["key"] == "poison" for r in dead)
+    assert status.dead_letters["poison_batch"] == len(dead)
+    assert status.graphs["poison_aware"].state is GraphState.RUNNING
+    skipped = {tuple(int(n) for n in r.headers["hotswap.source"].split(b"/")) for r in dead}
+    kept = [e for e in truth.on_time if e.id not in skipped]
+    versions = [Version("poison_aware", 10_000, count_and_total)]
+    assert_invariants(read_results(settings), kept, versions, [], truth.closed_until)
