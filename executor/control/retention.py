@@ -61,18 +61,22 @@ def named_queries(swap: SwapRecord) -> set[str]:
 
 def forgettable_swaps(swaps: list[SwapRecord], live: set[str], keep: int) -> list[SwapRecord]:
     """The oldest ended swaps beyond the newest `keep`, in journal order, up to the first that must
-    stay (open, naming a live query, or named by a later swap as the one it undoes or recovers)."""
+    stay: open, naming a live query, or named by a swap that stays as the one it undoes or recovers
+    (a rollback and the swap it undid are forgotten together, or not at all)."""
     ended = [s for s in swaps if s.state.is_terminal]
     beyond = {s.id for s in ended[: max(0, len(ended) - keep)]}
-    named = {ref for s in swaps for ref in (s.rollback_of, s.recovers) if ref is not None}
     chosen: list[SwapRecord] = []
     for swap in swaps:
-        if swap.id not in beyond or named_queries(swap) & live or swap.id in named:
+        if swap.id not in beyond or named_queries(swap) & live:
             break
         chosen.append(swap)
-        if len(chosen) == MOST_PER_SWEEP:
-            break
-    return chosen
+    while True:
+        staying = swaps[len(chosen) :]
+        named = {ref for s in staying for ref in (s.rollback_of, s.recovers) if ref is not None}
+        first_named = next((i for i, s in enumerate(chosen) if s.id in named), None)
+        if first_named is None:
+            return chosen[:MOST_PER_SWEEP]
+        chosen = chosen[:first_named]
 
 
 class Retention:

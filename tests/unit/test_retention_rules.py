@@ -34,7 +34,18 @@ def test_forgetting_stops_at_a_swap_that_must_stay() -> None:
 
 def test_a_swap_named_by_a_rollback_that_stays_is_not_forgotten() -> None:
     swaps = [swap("1", "a", "b"), swap("2", "b", "c"), swap("3", "c", "b-2", rollback_of="2"), swap("4", "b-2", "d")]
-    assert [s.id for s in forgettable_swaps(swaps, live={"d"}, keep=1)] == ["1"]
+    assert [s.id for s in forgettable_swaps(swaps, live={"d"}, keep=2)] == ["1"]
+
+
+def test_a_rollback_and_the_swap_it_undid_are_forgotten_together() -> None:
+    swaps = [
+        swap("1", "a", "b"),
+        swap("2", "b", "c", SwapPhase.ROLLED_BACK),
+        swap("3", "c", "b-2", rollback_of="2"),
+        swap("4", "b-2", "d"),
+        swap("5", "d", "e"),
+    ]
+    assert [s.id for s in forgettable_swaps(swaps, live={"e"}, keep=1)] == ["1", "2", "3", "4"]
 
 
 def test_an_open_swap_stops_forgetting() -> None:
