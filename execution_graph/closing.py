@@ -291,7 +291,11 @@ class WindowCloser:
         except Exception:
             # Said before the batch fails: the rows a skipped poison batch dead-letters.
             offsets = {str(p): list(r) for p, r in closing.offsets.items()}
-            failed = {"batch_id": batch_id, "offsets": offsets, "since_ms": since, "until_ms": closing.through}
+            # Only rows no emitted window holds: from the end of the last closed window on (the job
+            # also reads the rows before it, for sliding windows still open, which keep them).
+            bounds = [b for b in (closing.after, record.reads_from) if b is not None]
+            skip_since = max(bounds) if bounds else None
+            failed = {"batch_id": batch_id, "offsets": offsets, "since_ms": skip_since, "until_ms": closing.through}
             self._files.replace(FAILED_FILE, json.dumps(failed))
             raise
         crash_point("graph:after-results")  # results out, the batch not committed: Spark replays it

@@ -380,7 +380,8 @@ def test_a_serving_query_that_fails_on_a_row_dead_letters_that_batch_and_goes_on
 
     with executor_running(skipping, spark, query), continuous_load(settings, spec) as load:
         wait_until(lambda: committed_watermark(client, "poison_aware") > T0 + 20_000, 120, "first windows")
-        poison_ts = int(client.status().service.watermark or T0) + 2_000
+        # Ahead of the watermark by a few seconds of the clock (event time runs 10x): on time when it arrives.
+        poison_ts = int(client.status().service.watermark or T0) + 40_000
         producer = KafkaProducer(**settings.kafka_python_config(), acks="all")
         body = {"key": "poison", "value": 1, "ts": poison_ts}
         producer.send(settings.source_topic, value=json.dumps(body).encode(), partition=0)
