@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
+import redis
 import structlog
 
 from hotswap.contract.journal import Journal, SwapRecord
@@ -30,6 +31,7 @@ from hotswap.contract.models import CurrentQuery, GraphRecord, GraphState
 from hotswap.contract.settings import Settings
 from hotswap.executor.control.graphs import Graphs
 from hotswap.executor.control.topics import Topics
+from hotswap.executor.control.transient import TransientErrorsPersisted
 
 log = structlog.get_logger(__name__)
 
@@ -118,6 +120,9 @@ class Retention:
     def _sweep_logged(self) -> None:
         try:
             self.sweep()
+        except (redis.RedisError, TransientErrorsPersisted) as exc:
+            # Redis or Kafka is away: the executor's loop says so once (contract.outages).
+            log.debug("retention sweep skipped during an outage", error=f"{type(exc).__name__}: {exc}")
         except Exception as exc:  # noqa: BLE001 - a sweep that fails is tried again at the next one
             log.warning("retention sweep failed; tried again in a minute", error=f"{type(exc).__name__}: {exc}")
 
@@ -140,21 +145,28 @@ class Retention:
                 self._graphs.forget(record)
                 log.info("retired graph forgotten: its record and checkpoint", query_id=query_id)
         if not self._settings.keep_retired_topics:
-            self._delete_returned_topics(existing, records, live)
+            self._delete_unneeded_topics(existing, records, live, named)
 
     def close(self) -> None:
         self._topics.close()
 
-    def _delete_returned_topics(self, existing: list[str], records: dict[str, GraphRecord], live: set[str]) -> None:
+    def _delete_unneeded_topics(
+        self, existing: list[str], records: dict[str, GraphRecord], live: set[str], named: set[str]
+    ) -> None:
+        """A graph topic is needed while its graph serves (it is the buffer); a shadow's results
+        topic while its swap is kept (`hotswap diff` reads it after the shadow ended)."""
         names = self._settings.names
         needed: set[str] = set()
+        for query_id in live | named:
+            needed.add(names.shadow_results_topic(query_id))
+            record = records.get(query_id)
+            if record is not None and record.shadow_results_topic is not None:
+                needed.add(record.shadow_results_topic)
         for query_id in live:
-            needed.update((names.graph_topic(query_id), names.shadow_results_topic(query_id)))
+            needed.add(names.graph_topic(query_id))
             record = records.get(query_id)
             if record is not None:
                 needed.add(record.topic)
-                if record.shadow_results_topic is not None:
-                    needed.add(record.shadow_results_topic)
         for topic in existing:
             if topic not in needed:
                 self._topics.delete(topic)  # logged there
