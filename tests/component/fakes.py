@@ -337,6 +337,16 @@ class World:
                 break
         return self.journal.get(swap_id)
 
+    def fail_until_spent(self, query_id: str, reason: str = "[USER_RAISED_EXCEPTION] poison row") -> None:
+        """The graph's query dies with `reason`, restart after restart, until its restarts are spent."""
+        for attempt in range(self.settings.query_restarts + 1):
+            self.graphs.fake_runner.die(query_id, reason)
+            failed = self.graphs.supervise()
+            if failed:
+                self.protocol.graphs_failed(failed)
+            self.clock.advance(self.settings.query_restart_backoff.s * 2**attempt)
+            self.graphs.supervise()
+
     def service_state(self, *, window_end: int | None = None, watermark: int | None = None) -> ServiceState:
         """Set what the service graph has routed: a partition's largest window end, and the watermark."""
         state = read_service_state(self.client, self.keys)

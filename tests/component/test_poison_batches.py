@@ -41,23 +41,12 @@ def moved(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Sequence[SkippedRo
     return calls
 
 
-def fail_until_spent(world: World, query_id: str) -> None:
-    """The query dies on the same batch, restart after restart, until its restarts are spent."""
-    for attempt in range(world.settings.query_restarts + 1):
-        world.graphs.fake_runner.die(query_id, "[PYTHON_EXCEPTION] ValueError: poison row")
-        failed = world.graphs.supervise()
-        if failed:
-            world.protocol.graphs_failed(failed)
-        world.clock.advance(world.settings.query_restart_backoff.s * 2**attempt)
-        world.graphs.supervise()
-
-
 def test_the_serving_query_dead_letters_its_poison_batch_and_goes_on(
     world: World, moved: list[tuple[str, Sequence[SkippedRows]]]
 ) -> None:
     world.graphs.fake_runner.failing["a"] = BATCH_7
 
-    fail_until_spent(world, "a")
+    world.fail_until_spent("a")
 
     assert moved == [("a", BATCH_7)]
     record = world.graphs.get("a")
@@ -74,8 +63,8 @@ def test_a_batch_that_fails_again_without_its_rows_fails_the_query_for_good(
     world: World, moved: list[tuple[str, Sequence[SkippedRows]]]
 ) -> None:
     world.graphs.fake_runner.failing["a"] = BATCH_7
-    fail_until_spent(world, "a")
-    fail_until_spent(world, "a")  # the same batch 7 fails again: not the rows
+    world.fail_until_spent("a")
+    world.fail_until_spent("a")  # the same batch 7 fails again: not the rows
 
     assert len(moved) == 1
     assert world.graph_state("a") is GraphState.FAILED
@@ -88,7 +77,7 @@ def test_a_new_version_that_fails_is_not_skipped_but_left_to_rollback_or_fix(
     world.deploy(swap_id)
     world.graphs.fake_runner.failing["b"] = BATCH_7
 
-    fail_until_spent(world, "b")
+    world.fail_until_spent("b")
 
     assert moved == []
     assert world.graph_state("b") is GraphState.FAILED
@@ -99,7 +88,7 @@ def test_off_by_default(moved: list[tuple[str, Sequence[SkippedRows]]]) -> None:
     world.serve("a")
     world.graphs.fake_runner.failing["a"] = BATCH_7
 
-    fail_until_spent(world, "a")
+    world.fail_until_spent("a")
 
     assert moved == []
     assert world.graph_state("a") is GraphState.FAILED

@@ -19,13 +19,7 @@ pytestmark = pytest.mark.component
 
 
 def fail_for_good(world: World, query_id: str) -> None:
-    for attempt in range(world.settings.query_restarts + 1):
-        world.graphs.fake_runner.die(query_id, "[USER_RAISED_EXCEPTION] poison row")
-        failed = world.graphs.supervise()
-        if failed:
-            world.protocol.graphs_failed(failed)
-        world.clock.advance(world.settings.query_restart_backoff.s * 2**attempt)
-        world.graphs.supervise()
+    world.fail_until_spent(query_id)
     assert world.graph_state(query_id) is GraphState.FAILED
 
 
