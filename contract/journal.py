@@ -42,10 +42,10 @@ __all__ = [
 # Reads the records a list of swap ids names, in one round trip. The keys are derived from the
 # list's own key (they share the namespace's hash tag, so a Redis Cluster keeps them in one slot).
 _READ_LISTED = """
-local ids = redis.call('lrange', KEYS[1], 0, -1)
+local ids = redis.call('lrange', ARGV[1], 0, -1)
 local out = {}
 for i, id in ipairs(ids) do
-  local raw = redis.call('get', ARGV[1] .. id)
+  local raw = redis.call('get', ARGV[2] .. id)
   if raw then
     out[#out + 1] = raw
   end
@@ -201,7 +201,9 @@ class Journal:
         return int(self._redis.get(self._keys.journal_version) or 0)
 
     def _listed(self, list_key: str) -> list[SwapRecord]:
-        raws = self._redis.register_script(_READ_LISTED)(keys=[list_key], args=[self._keys.swap("")])
+        # No declared keys: Redis's ACL takes a script's declared keys as written to, and a submitter's
+        # user may only read the journal. Every key it reads shares the namespace's hash slot.
+        raws = self._redis.register_script(_READ_LISTED)(keys=[], args=[list_key, self._keys.swap("")])
         return [SwapRecord.model_validate_json(raw) for raw in raws]
 
     # -- writes ----------------------------------------------------------------------------

@@ -109,6 +109,19 @@ class Keys:
         return f"{self.prefix}:counters"
 
     @property
+    def requests(self) -> str:
+        """List of operator request ids waiting for the executor (contract.requests), oldest last."""
+        return f"{self.prefix}:requests"
+
+    def request(self, request_id: str) -> str:
+        """An operator request (submit, abort, promote), with a time-to-live, until the executor takes it."""
+        return f"{self.prefix}:request:{request_id}"
+
+    def request_answer(self, request_id: str) -> str:
+        """The executor's answer to an operator request (RequestAnswer), with a time-to-live."""
+        return f"{self.prefix}:request:{request_id}:answer"
+
+    @property
     def dry_runs(self) -> str:
         """List of dry-run request ids waiting for the executor (`hotswap submit --dry-run`)."""
         return f"{self.prefix}:dry-runs"

@@ -1,6 +1,6 @@
 """Errors raised by the control plane."""
 
-from hotswap.contract.errors import HotswapError
+from hotswap.contract.errors import HotswapError, TimeoutExpired
 from hotswap.contract.reasons import ReasonCode
 
 
@@ -38,3 +38,7 @@ class SwapFailed(ExecutorError):
 
 class SparkConnectUnsupported(ExecutorError):
     """The Spark target is a Spark Connect server, which cannot host hotswap's driver-side state."""
+
+
+class RequestNotTaken(TimeoutExpired):
+    """The executor did not take an operator request in time; the request is withdrawn, nothing changed."""

@@ -37,6 +37,7 @@ from hotswap.executor.control.durability import check_durability
 from hotswap.executor.control.graphs import Graphs
 from hotswap.executor.control.lease import Lease
 from hotswap.executor.control.namespace import JournalSeen, claim
+from hotswap.executor.control.requests import OperatorRequests
 from hotswap.executor.control.retention import Retention
 from hotswap.executor.control.swap import SwapProtocol
 from hotswap.executor.control.topics import Topics
@@ -78,6 +79,7 @@ class Executor:
         )
         self._swaps: SwapProtocol | None = None
         self.dry_runs = DryRuns(settings, spark, client, self.graphs)  # `submit --dry-run`: answered, never recorded
+        self.requests = OperatorRequests(client, self._keys, self._fence)  # submit, abort, promote
         self._phase = ExecutorPhase.STOPPED
         self.ready = threading.Event()
         journal = Journal(client, self._keys, self._fence)
@@ -143,6 +145,7 @@ class Executor:
         assert self._swaps is not None
         # Progress first: a drain the old graph finished since the last tick is seen by this step.
         self.reporter.report(self.graphs.runner.running())
+        self.requests.apply_pending()  # before the step: a swap submitted now is validated in this tick
         self._swaps.step()
         failed = self.graphs.supervise()
         if failed:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,6 +38,7 @@ from hotswap.contract.records import (
     read_progress,
     read_service_state,
 )
+from hotswap.contract.requests import REQUEST_TTL_S, OperatorRequest, RequestAnswer, RequestKind
 from hotswap.contract.settings import Settings
 from hotswap.contract.status import (
     CurrentStatus,
@@ -54,7 +56,7 @@ from hotswap.contract.windows import Windowing
 from hotswap.execution_graph.source import load_query_source
 from hotswap.executor.control.recovery import new_swap_id, rollback_swap
 from hotswap.executor.control.waits import start_blocker, waiting_for
-from hotswap.executor.errors import ExecutorError, Interrupted, SubmitRejected, SwapFailed
+from hotswap.executor.errors import ExecutorError, Interrupted, RequestNotTaken, SubmitRejected, SwapFailed
 from hotswap.service_sink.audit import read_results
 from hotswap.service_sink.diff import compare
 
@@ -117,12 +119,27 @@ def _takeable(swap: SwapRecord, graph: GraphRecord | None) -> bool:
     return swap.state is SwapPhase.COMPLETED and graph is not None and graph.state is GraphState.FAILED
 
 
+POLL_S = 0.1  # the executor's loop ticks every 0.25 s
+ANSWER_WAIT_S = 30.0  # for the executor to take an abort or a promotion
+WITHDRAW_WAIT_S = 10.0
+TAKEN_ANSWER_S = 10.0  # from the executor taking a request to its answer: one journal write
+
+
 class Client:
-    def __init__(self, settings: Settings, client: redis.Redis | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        client: redis.Redis | None = None,
+        *,
+        between_polls: Callable[[], object] | None = None,
+    ) -> None:
         self.settings = settings
         self._redis = client or redis_client(settings, retries=3)
         self._keys = Keys(settings.namespace)
+        # Read only: the executor alone writes the journal (requests carry the operator's changes).
         self.journal = Journal(self._redis, self._keys)
+        # What a wait does between two reads; a test that drives the executor's loop itself passes its tick.
+        self._between_polls = between_polls or (lambda: time.sleep(POLL_S))
 
     def submit(
         self,
@@ -247,35 +264,81 @@ class Client:
         return self._queue(rollback_swap(swap, previous, takes_over=recovers is not None), validation_timeout_s)
 
     def _queue(self, swap: SwapRecord, validation_timeout_s: float) -> SwapRecord:
-        """Add a swap to the journal and return once the executor has validated it."""
-        if not self._redis.exists(self._keys.lease):
-            raise ExecutorError(
-                f"no executor is running on namespace {self.settings.namespace!r}; start one with `hotswap run`"
-            )
-        created = self.journal.create(swap)
+        """Ask the executor to record a swap, and return once it has validated it."""
+        self._executor_runs("submit")
+        began = time.monotonic()
         try:
-            record = self.wait_for(
-                created.id, lambda r: r.state is not SwapPhase.SUBMITTED, validation_timeout_s, "validated"
-            )
+            self._ask(RequestKind.SUBMIT, swap.id, validation_timeout_s, swap=swap)
+            left = max(0.0, validation_timeout_s - (time.monotonic() - began))
+            record = self.wait_for(swap.id, lambda r: r.state is not SwapPhase.SUBMITTED, left, "validated")
+        except RequestNotTaken:
+            raise  # it never reached the journal
         except TimeoutExpired as exc:
             # A submit that says "not validated" must not leave a swap that runs later: it is
             # withdrawn, unless the executor decided it at this very moment.
-            if self._withdraw(created.id, f"not validated within {validation_timeout_s:.0f}s; withdrawn by submit"):
+            if self._withdraw(swap.id):
                 raise TimeoutExpired(
-                    f"swap {created.id} was not validated within {validation_timeout_s:.0f}s, so it is withdrawn and "
+                    f"swap {swap.id} was not validated within {validation_timeout_s:.0f}s, so it is withdrawn and "
                     "nothing changed; is the executor busy? submit again, with a longer --timeout"
                 ) from exc
-            record = self.journal.get(created.id)
+            record = self.journal.get(swap.id)
+            if record.state is SwapPhase.SUBMITTED:
+                raise TimeoutExpired(
+                    f"swap {swap.id} was not validated within {validation_timeout_s:.0f}s, and the executor did not "
+                    f"take its withdrawal: it waits, `submitted`; `hotswap abort {swap.id}` once the executor answers"
+                ) from exc
         except KeyboardInterrupt as exc:
-            if self._withdraw(created.id, "submit interrupted before validation; withdrawn"):
-                raise Interrupted(f"interrupted: swap {created.id} is withdrawn, nothing changed") from exc
+            if self._withdraw(swap.id):
+                raise Interrupted(f"interrupted: swap {swap.id} is withdrawn, nothing changed") from exc
             raise Interrupted(
-                f"interrupted: swap {created.id} was validated meanwhile and goes on; follow it with `hotswap status`, "
-                f"or `hotswap abort {created.id}`"
+                f"interrupted: swap {swap.id} was validated meanwhile and goes on; follow it with `hotswap status`, "
+                f"or `hotswap abort {swap.id}`"
             ) from exc
         if record.state is SwapPhase.REJECTED:
             raise SubmitRejected(f"rejected ({record.reason_code}): {record.error}", record.reason_code)
         return record
+
+    def _executor_runs(self, what: str) -> None:
+        if not self._redis.exists(self._keys.lease):
+            raise ExecutorError(
+                f"no executor is running on namespace {self.settings.namespace!r}, and `{what}` is carried out by "
+                "it; start one with `hotswap run`"
+            )
+
+    def _ask(self, kind: RequestKind, swap_id: str, wait_s: float, swap: SwapRecord | None = None) -> None:
+        """Leave a request for the executor and wait for its answer; raises ExecutorError with the
+        executor's reason if it refused, and TimeoutExpired if it did not take the request in time
+        (then the request is withdrawn, and nothing changed)."""
+        request = OperatorRequest(id=uuid.uuid4().hex, kind=kind, swap_id=swap_id, swap=swap)
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.set(self._keys.request(request.id), request.model_dump_json(), ex=REQUEST_TTL_S)
+        pipe.lpush(self._keys.requests, request.id)
+        pipe.execute()
+        answer = self._answer(request.id, wait_s)
+        if answer is None:
+            if self._redis.delete(self._keys.request(request.id)):  # never taken: gone now, nothing changed
+                raise RequestNotTaken(
+                    f"the executor did not take the {kind} of swap {swap_id} within {wait_s:.0f}s, so the request "
+                    "is withdrawn and nothing changed; is the executor busy? see `hotswap status`"
+                )
+            answer = self._answer(request.id, TAKEN_ANSWER_S)  # taken: its answer follows one journal write
+            if answer is None:
+                raise TimeoutExpired(
+                    f"the executor took the {kind} of swap {swap_id} but did not answer within {TAKEN_ANSWER_S:.0f}s; "
+                    "follow the swap with `hotswap status`"
+                )
+        if not answer.ok:
+            raise ExecutorError(answer.error or f"the executor refused the {kind} of swap {swap_id}")
+
+    def _answer(self, request_id: str, wait_s: float) -> RequestAnswer | None:
+        deadline = time.monotonic() + wait_s
+        while True:
+            raw = self._redis.getdel(self._keys.request_answer(request_id))
+            if raw is not None:
+                return RequestAnswer.model_validate_json(raw)
+            if time.monotonic() >= deadline:
+                return None
+            self._between_polls()
 
     def wait_until_done(self, swap_id: str, timeout_s: float) -> SwapRecord:
         """Until the swap completes; raises SwapFailed once it ended otherwise, or was stranded."""
@@ -297,27 +360,42 @@ class Client:
                     f"swap {swap_id} was not {what} within {timeout_s:.0f}s (it is {record.state}); "
                     "follow it with `hotswap status`"
                 )
-            time.sleep(0.3)
+            self._between_polls()
 
-    def _withdraw(self, swap_id: str, why: str) -> bool:
+    def _withdraw(self, swap_id: str) -> bool:
         """Abort a swap still waiting for validation; False if it was decided already."""
-        withdrawn = self.journal.advance(
-            swap_id,
-            SwapPhase.ABORTED,
-            error=why,
-            reason_code=ReasonCode.ABORTED_BY_OPERATOR,
-            when=lambda r: r.state is SwapPhase.SUBMITTED,
-        )
-        return withdrawn is not None
+        try:
+            self._ask(RequestKind.WITHDRAW, swap_id, WITHDRAW_WAIT_S)
+        except ExecutorError:
+            return False  # validated meanwhile, or already ended
+        except TimeoutExpired:
+            # The executor does not answer: a swap it never recorded was never submitted; one it
+            # recorded waits, as `submitted`, for its validation, and a status shows it.
+            return not self._recorded(swap_id)
+        return True
+
+    def _recorded(self, swap_id: str) -> bool:
+        return bool(self._redis.exists(self._keys.swap(swap_id)))
 
     def abort(self, swap_id: str) -> SwapRecord:
-        aborted = self.journal.advance(
-            swap_id,
-            SwapPhase.ABORTED,
-            error="aborted by operator",
-            reason_code=ReasonCode.ABORTED_BY_OPERATOR,
-            when=lambda r: r.state.is_before_cut,
-        )
+        self.journal.get(swap_id)  # an unknown id fails here, in one line
+        if self._redis.exists(self._keys.lease):
+            self._ask(RequestKind.ABORT, swap_id, ANSWER_WAIT_S)
+            return self.journal.get(swap_id)
+        # No executor runs, so none can race this write: the operator's user writes the journal itself.
+        try:
+            aborted = self.journal.advance(
+                swap_id,
+                SwapPhase.ABORTED,
+                error="aborted by operator",
+                reason_code=ReasonCode.ABORTED_BY_OPERATOR,
+                when=lambda r: r.state.is_before_cut,
+            )
+        except redis.exceptions.NoPermissionError as exc:
+            raise ExecutorError(
+                f"no executor is running on namespace {self.settings.namespace!r}, and this Redis user may not "
+                f"write the journal; start the executor, then `hotswap abort {swap_id}` again"
+            ) from exc
         if aborted is None:
             latest = self.journal.get(swap_id)
             raise ExecutorError(
@@ -411,15 +489,10 @@ class Client:
     # -- shadows ------------------------------------------------------------------------------
     def promote(self, swap_id: str) -> SwapRecord:
         """Ask for a shadow's promotion: the service graph cuts to it at its next batch or tick."""
-        promoted = self.journal.request_promotion(swap_id)
-        if promoted is None:
-            swap = self.journal.get(swap_id)
-            raise ExecutorError(
-                f"swap {swap_id} is {swap.state}; only a shadow that has started (`shadowing`) can be promoted"
-                if swap.shadow
-                else f"swap {swap_id} is not a shadow; submit the query with --shadow to run it beside the current one"
-            )
-        return promoted
+        self.journal.get(swap_id)  # an unknown id fails here, in one line
+        self._executor_runs(f"promote {swap_id}")
+        self._ask(RequestKind.PROMOTE, swap_id, ANSWER_WAIT_S)
+        return self.journal.get(swap_id)
 
     def diff(self, swap_id: str, tolerance: float = 1e-9) -> ShadowDiff:
         """A shadow's results against the current version's, for every window both closed since S.

@@ -11,6 +11,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar, cast
 
 import fakeredis
+import redis
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
@@ -36,8 +37,10 @@ from hotswap.execution_graph.errors import GraphStartFailed, QueryRejected
 from hotswap.execution_graph.validation import QueryShape, check_cuttable
 from hotswap.executor.control.admission import Worker
 from hotswap.executor.control.graphs import Graphs
+from hotswap.executor.control.requests import OperatorRequests
 from hotswap.executor.control.swap import SwapProtocol
 from hotswap.executor.control.topics import Topics
+from hotswap.executor.operator.client import Client
 from hotswap.service_graph.kafka_io import MarkerWriter, SourceOffsets
 from hotswap.service_graph.query import ServiceGraph
 from hotswap.service_graph.routing import Marker
@@ -283,6 +286,14 @@ class QuietSource(SourceOffsets):
         return {}
 
 
+def operator(settings: Settings, client: redis.Redis) -> Client:
+    """The `hotswap` commands, with the executor's loop applying their requests between two polls,
+    as its tick would (an executor holds the namespace's lease)."""
+    keys = Keys(settings.namespace)
+    client.set(keys.lease, "component-executor", nx=True)
+    return Client(settings, client, between_polls=OperatorRequests(client, keys, None).apply_pending)
+
+
 class World:
     """One namespace's control plane: the executor's side (protocol, graphs), the real service graph
     taking cuts and recording the drain on its tick (with Spark and Kafka faked), and a helper that
@@ -313,6 +324,9 @@ class World:
             topic=self.settings.names.graph_topic(name),
         )
         return self.graphs.deploy_first(record, clock=self.clock)
+
+    def operator(self) -> Client:
+        return operator(self.settings, self.client)
 
     def submit(
         self, name: str, window_ms: int = 10_000, swap_id: str | None = None, *, slide_ms: int | None = None

@@ -11,8 +11,7 @@ from hotswap.contract.journal import IllegalTransition, Journal, SwapPhase, Swap
 from hotswap.contract.names import Keys
 from hotswap.contract.settings import Settings
 from hotswap.executor.errors import ExecutorError
-from hotswap.executor.operator.client import Client
-from tests.component.fakes import RacingRedis
+from tests.component.fakes import RacingRedis, operator
 
 pytestmark = pytest.mark.component
 
@@ -97,7 +96,7 @@ def test_hotswap_abort_racing_a_cut_reports_the_cut_and_leaves_it() -> None:
     server = fakeredis.FakeServer()
     service = deployed_swap(server)
     racing = RacingRedis(server=server)
-    client = Client(Settings(namespace="component"), racing)
+    client = operator(Settings(namespace="component"), racing)
     racing.rival = lambda: service.advance(
         "s", SwapPhase.CUT, when=lambda r: r.state is SwapPhase.DEPLOYED, cut_window_end=W
     )
@@ -117,8 +116,8 @@ def test_a_cut_racing_hotswap_abort_loses_and_the_abort_stands() -> None:
     deployed_swap(server)
     racing = RacingRedis(server=server)
     service = Journal(racing, KEYS)
-    operator = Client(Settings(namespace="component"), fakeredis.FakeRedis(server=server))
-    racing.rival = lambda: operator.abort("s")
+    api = operator(Settings(namespace="component"), fakeredis.FakeRedis(server=server))
+    racing.rival = lambda: api.abort("s")
     racing.writes = 0
 
     cut = service.advance("s", SwapPhase.CUT, when=lambda r: r.state is SwapPhase.DEPLOYED, cut_window_end=W)

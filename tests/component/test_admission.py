@@ -14,7 +14,6 @@ from hotswap.contract.journal import SwapPhase, SwapRecord
 from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.settings import Settings
 from hotswap.executor.control.admission import on_own_thread
-from hotswap.executor.operator.client import Client
 from tests.component.fakes import World
 from tests.conftest import wait_until
 
@@ -125,7 +124,7 @@ def test_a_swap_aborted_while_its_query_is_analysed_stays_aborted_and_the_next_o
     b = world.submit("b", 30_000)
     world.protocol.step()
     analysing(world, "b")
-    Client(world.settings, world.client).abort(b)
+    world.operator().abort(b)
     c = world.submit("c", 20_000)
     # b's analysis has not ended (it may never): it is abandoned, and c is analysed and decided now.
     assert step_until_decided(world, c).state in (SwapPhase.VALIDATED, SwapPhase.DEPLOYING)
@@ -154,7 +153,7 @@ def test_a_result_is_dropped_and_the_query_analysed_again_when_the_swap_before_i
         b = world.submit("b", 11_000)  # 13 s -> 11 s cannot be cut; 143 s -> 11 s can
         world.protocol.step()
         analysing(world, "b")
-        Client(world.settings, world.client).abort(x)  # b now replaces v
+        world.operator().abort(x)  # b now replaces v
         world.protocol.step()
         release.set()
         validated = step_until_decided(world, b)

@@ -15,7 +15,6 @@ from hotswap.contract.names import Keys
 from hotswap.contract.plans import DryRunPlan, DryRunRequest
 from hotswap.contract.reasons import ReasonCode
 from hotswap.executor.control.dry_run import DryRuns
-from hotswap.executor.operator.client import Client
 from tests.component.fakes import NO_SPARK, ManualClock, World, query
 
 pytestmark = pytest.mark.component
@@ -30,7 +29,7 @@ def test_a_promoted_shadow_that_gets_no_cut_within_the_cut_timeout_fails(world: 
     world.service_state(window_end=20_000)
     world.service.tick()
     assert world.state(swap_id) is SwapPhase.SHADOWING
-    Client(world.settings, world.client).promote(swap_id)
+    world.operator().promote(swap_id)
     world.protocol.step()  # the wait for the cut starts
     world.clock.advance(world.settings.cut_timeout.s + 1)  # no batch, no tick of the service graph since
     world.protocol.step()

@@ -14,7 +14,7 @@ from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.status import OwnerStatus
 from hotswap.executor.control.transient import TransientErrorsPersisted, retry_transient
 from hotswap.executor.control.waits import graphs_to_start, start_blocker, waiting_for
-from hotswap.executor.operator.client import Client, window_owners
+from hotswap.executor.operator.client import window_owners
 from tests.component.fakes import RacingRedis, World, query
 
 pytestmark = pytest.mark.component
@@ -36,7 +36,7 @@ def test_a_queued_swap_replaces_whatever_serves_when_its_turn_comes(world: World
     assert world.journal.get(b).from_query == "a"
     assert world.journal.get(c).state is SwapPhase.VALIDATED
     assert world.journal.get(c).from_query is None  # not bound while queued
-    Client(world.settings, world.client).abort(b)
+    world.operator().abort(b)
     world.deploy(c)
     assert world.journal.get(c).state is SwapPhase.DEPLOYED
     assert world.journal.get(c).from_query == "a"

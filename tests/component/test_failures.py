@@ -46,7 +46,6 @@ from hotswap.executor.control.controller import FATAL
 from hotswap.executor.control.lease import Lease
 from hotswap.executor.control.transient import TransientErrorsPersisted, is_transient, retry_transient
 from hotswap.executor.errors import ExecutorError, LeaseHeld, SwapFailed
-from hotswap.executor.operator.client import Client
 from hotswap.service_graph.errors import ServiceGraphError
 from hotswap.service_graph.query import ServiceGraph
 from tests.component.fakes import NO_SPARK, ManualClock, World, query
@@ -418,7 +417,7 @@ def test_the_cli_s_exit_message_carries_the_reason_code(world: World) -> None:
     swap_id = world.submit("b", 30_000)
     world.deploy(swap_id)
     with pytest.raises(SwapFailed) as failed:
-        Client(world.settings, world.client).wait_until_done(swap_id, 1)
+        world.operator().wait_until_done(swap_id, 1)
     assert failed.value.reason_code is ReasonCode.DEPLOY_FAILED
     assert str(failed.value).startswith(f"swap {swap_id} failed (deploy_failed): execution graph b failed to start")
 

@@ -13,7 +13,6 @@ from hotswap.contract.models import GraphState
 from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.settings import Settings
 from hotswap.executor.errors import Interrupted
-from hotswap.executor.operator.client import Client
 from tests.component.fakes import World
 
 pytestmark = pytest.mark.component
@@ -64,7 +63,7 @@ def test_swaps_run_one_at_a_time_each_replacing_its_real_predecessor(world: Worl
 def test_an_aborted_queued_swap_is_skipped_and_its_successor_replaces_the_query_before_it(world: World) -> None:
     b, c, d = world.submit("b", 30_000), world.submit("c", 20_000), world.submit("d", 10_000)
     world.deploy(b)
-    Client(world.settings, world.client).abort(c)  # `hotswap abort` while c waits its turn
+    world.operator().abort(c)  # `hotswap abort` while c waits its turn
 
     world.complete(b, W1)
     world.deploy(d)
@@ -98,7 +97,7 @@ def test_a_queued_swap_that_cannot_be_cut_against_its_real_predecessor_fails_and
     world.protocol.step()
     assert [world.state(s) for s in (b, c, d)] == [SwapPhase.DEPLOYED, SwapPhase.VALIDATED, SwapPhase.VALIDATED]
 
-    Client(world.settings, world.client).abort(b)
+    world.operator().abort(b)
     world.protocol.step()  # c's turn: a serves, and 11 s and 13 s meet only every 143 s
 
     failed = world.journal.get(c)
@@ -129,7 +128,7 @@ def test_a_submit_that_times_out_or_is_interrupted_withdraws_its_swap(world: Wor
     query = tmp_path / "b.sql"
     query.write_text("30000")
     world.client.set(world.keys.lease, "executor-1")  # an executor holds the namespace, but never steps
-    client = Client(world.settings, world.client)
+    client = world.operator()
     with pytest.raises(TimeoutExpired, match="so it is withdrawn and nothing changed"):
         client.submit(query, validation_timeout_s=0.5)
     [timed_out] = world.journal.all()

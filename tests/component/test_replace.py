@@ -12,7 +12,6 @@ from hotswap.contract.errors import HotswapError
 from hotswap.contract.journal import SwapPhase, SwapRecord
 from hotswap.contract.models import GraphState
 from hotswap.contract.reasons import ReasonCode
-from hotswap.executor.operator.client import Client
 from tests.component.fakes import World, query
 
 pytestmark = pytest.mark.component
@@ -69,7 +68,7 @@ def test_a_running_query_is_not_replaced(world: World, tmp_path: Path) -> None:
     fixed = tmp_path / "fixed.sql"
     fixed.write_text("SELECT 1")
     with pytest.raises(HotswapError, match="use `hotswap submit FILE` to swap it"):
-        Client(world.settings, world.client).replace(fixed)
+        world.operator().replace(fixed)
 
 
 def test_a_query_a_swap_made_current_is_taken_over_by_a_fix_of_that_swap(world: World) -> None:

@@ -9,7 +9,6 @@ import pytest
 from hotswap.contract.journal import SwapPhase, SwapRecord
 from hotswap.contract.models import GraphState
 from hotswap.contract.records import read_service_state
-from hotswap.executor.operator.client import Client
 from hotswap.service_graph.routing import plan_batch, routing_swap, shadowing_swap
 from tests.component.fakes import World, query
 
@@ -64,7 +63,7 @@ def test_promotion_cuts_at_or_after_s_with_no_deploy_and_completes(world: World)
     world.service.tick()
     assert world.journal.get(swap_id).shadow_since == 60_000  # both grids: 10 s and 30 s
     world.service_state(window_end=70_000)
-    Client(world.settings, world.client).promote(swap_id)
+    world.operator().promote(swap_id)
     assert world.journal.get(swap_id).promote
     world.service.tick()
     cut = world.journal.get(swap_id)
@@ -86,7 +85,7 @@ def test_promotion_cuts_at_or_after_s_with_no_deploy_and_completes(world: World)
 
 def test_promotion_of_a_shadow_that_never_started_is_refused_with_the_reason(world: World) -> None:
     swap_id = shadow(world)
-    api = Client(world.settings, world.client)
+    api = world.operator()
     with pytest.raises(Exception, match="only a shadow that has started"):
         api.promote(swap_id)
     plain = world.submit("c", 10_000)
@@ -98,7 +97,7 @@ def test_an_aborted_shadow_leaves_the_current_query_as_it_was(world: World) -> N
     swap_id = shadow(world)
     world.service_state(window_end=40_000)
     world.service.tick()
-    Client(world.settings, world.client).abort(swap_id)
+    world.operator().abort(swap_id)
     world.protocol.step()
     assert world.state(swap_id) is SwapPhase.ABORTED
     assert plan(world) == [("a", None, None)]
