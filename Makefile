@@ -25,8 +25,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP) ## Create .venv and install hotswap with its development tools
 
-system-deps: ## Install redis-server and Maven if missing (Debian/Ubuntu); check Java
+system-deps: ## Install redis-server, openssl and Maven if missing (Debian/Ubuntu); check Java
 	@command -v redis-server >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server; }
+	@command -v openssl >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq openssl; }
 	@command -v java >/dev/null 2>&1 || { echo "Java 17+ is required (e.g. apt-get install openjdk-17-jdk-headless)"; exit 1; }
 # Java first: installing Maven without it would pull in the distribution's default JRE, maybe older than 17.
 	@command -v mvn >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq maven; }

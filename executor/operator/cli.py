@@ -498,6 +498,28 @@ def status(
 
 @app.command()
 @operator_errors
+def acl(
+    ctx: typer.Context,
+    executor_user: Annotated[str, typer.Option(help="The executor's (and operators') Redis user.")] = "hotswap",
+    submitter_user: Annotated[str, typer.Option(help="The Redis user of people who only submit.")] = "hotswap-submit",
+    namespace: NamespaceOpt = None,
+) -> None:
+    """Print the Redis ACL lines of the namespace's two users, for an ACL file (`aclfile`): the
+    executor's, with exactly hotswap's commands on the namespace's keys, and a submitter's, who may
+    submit, abort, promote and read, but never write the journal, the lease or the routing plans.
+    Replace PASSWORD; `ACL SETUSER user ...` takes the same words. Connects to nothing.
+
+    Exit codes: 0 printed; 2 a usage error.
+    """
+    from hotswap.contract.access import acl_line, executor_rules, submitter_rules
+
+    settings = ctx.obj.settings(namespace=namespace)
+    typer.echo(acl_line(executor_user, executor_rules(settings.namespace)))
+    typer.echo(acl_line(submitter_user, submitter_rules(settings.namespace)))
+
+
+@app.command()
+@operator_errors
 def history(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print the history as a JSON list.")] = False,
