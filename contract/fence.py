@@ -167,7 +167,7 @@ class Fence:
     def control_state_lost(self) -> ControlStateLost:
         return ControlStateLost(
             f"the control state of namespace {self.keys.namespace!r} vanished from Redis (flushed, or an empty "
-            "Redis took its place); stopping without writing. Nothing is lost in Kafka: see README, "
+            "Redis took its place); stopping without writing. Nothing is lost in Kafka: see docs/guarantees.md, "
             "'Lost control state', to start the namespace over with `hotswap run --reset-namespace`"
         )
 

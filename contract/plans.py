@@ -29,7 +29,7 @@ class DryRunPlan(Record):
     valid: bool = Field(description="Whether the query passed validation against the running query.")
     reason: str | None = Field(default=None, description="Why it would be rejected (one line), when not valid.")
     reason_code: ReasonCode | None = Field(
-        default=None, description="The machine-readable form of the reason (README, 'Reason codes')."
+        default=None, description="The machine-readable form of the reason (docs/reference.md, 'Reason codes')."
     )
     window_ms: int | None = Field(default=None, description="The window size learned from its plan.")
     slide_ms: int | None = Field(default=None, description="The slide of a sliding window (null: tumbling).")

@@ -1,6 +1,6 @@
 """The status document: what `hotswap status --json` prints and `Client.status()` returns.
 
-Its fields are a contract for operators and their tools (README, "Status"); the JSON Schema in
+Its fields are a contract for operators and their tools (docs/operations.md, "Status"); the JSON Schema in
 docs/status.schema.json is generated from these models. Regenerate it after a change with
 `python -m hotswap.contract.status > docs/status.schema.json` (or `make schema`); a unit test fails while
 the committed schema is stale. Fields may be added; none is renamed or removed without a
@@ -82,7 +82,10 @@ class SwapStatus(StatusPart):
     error: str | None = Field(description="Why the swap failed, was stranded, rejected or aborted, in one line.")
     reason_code: ReasonCode | None = Field(
         default=None,
-        description="The same, as a word a program can match (README, 'Reason codes'); null while nothing went wrong.",
+        description=(
+            "The same, as a word a program can match (docs/reference.md, 'Reason codes'); "
+            "null while nothing went wrong."
+        ),
     )
     waiting_for: str | None = Field(
         description="What an unfinished swap waits for, in one line (the phase table's text, "

@@ -87,7 +87,9 @@ def run(
     ] = None,
     spark_remote: Annotated[
         str | None,
-        typer.Option(help="Spark Connect URL (sc://HOST:PORT): refused, see README 'Running on a cluster'."),
+        typer.Option(
+            help="Spark Connect URL (sc://HOST:PORT): refused, see docs/operations.md, 'Running on a cluster'."
+        ),
     ] = None,
     lease_wait: Annotated[
         str | None,

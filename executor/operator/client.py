@@ -159,8 +159,8 @@ class Client:
         `source_schema` (DDL) or `avro_schema` (an .avsc file) declare the schema this version reads;
         without them it reads the schema of the query it replaces.
         With `auto_rollback`, the executor rolls the swap back itself if its new query fails for good
-        after the cut (README, "Automatic rollback"). With `shadow`, the query runs beside the current
-        one, its results to its own topic, until `promote` (README, "Shadow runs").
+        after the cut (docs/guarantees.md, "Automatic rollback"). With `shadow`, the query runs beside the current
+        one, its results to its own topic, until `promote` (docs/operations.md, "Shadow runs").
         """
         source = _declared_source(path, name, source_schema, avro_schema)
         if fix is not None:
@@ -406,7 +406,8 @@ class Client:
         return aborted
 
     def status(self) -> Status:
-        """The status document; its core fields are a contract (README, "Status"; docs/status.schema.json)."""
+        """The status document; its core fields are a contract (docs/operations.md, "Status", and
+        docs/status.schema.json)."""
         current = read_current(self._redis, self._keys)
         service = read_service_state(self._redis, self._keys)
         counters = read_counters(self._redis, self._keys)
