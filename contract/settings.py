@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -49,9 +48,6 @@ class StaticTable(BaseModel):
 
     path: str
     format: Literal["parquet", "json", "csv", "orc", "avro", "text"] = "parquet"
-
-
-DEPRECATED = {"drain_timeout": "cut_timeout"}  # old name -> new name, still read
 
 
 class Settings(BaseSettings):
@@ -169,12 +165,8 @@ class Settings(BaseSettings):
     # How long a drained old graph's query may take to stop before the swap goes on without it (it
     # has emitted every window it owns; the ownership filter drops anything it would still write).
     retire_timeout: Duration = Duration(60_000, "60s")
-    # How long a deployed swap waits for its cut. HOTSWAP_DRAIN_TIMEOUT (and drain_timeout in TOML),
-    # its name before 0.2, still works and is deprecated: it never bounded the drain.
-    cut_timeout: Duration = Field(
-        default=Duration(300_000, "300s"),
-        validation_alias=AliasChoices("cut_timeout", "HOTSWAP_CUT_TIMEOUT", "drain_timeout", "HOTSWAP_DRAIN_TIMEOUT"),
-    )
+    # How long a deployed swap waits for its cut.
+    cut_timeout: Duration = Duration(300_000, "300s")
     # The executor's lease on a namespace, and how long a starting executor waits for a dead
     # predecessor's lease to expire (0: refuse at once).
     lease_ttl: Duration = Duration(15_000, "15s")
@@ -390,15 +382,6 @@ def _jaas_quoted(value: str) -> str:
     """A value for a double-quoted JAAS option: Kafka's parser (a Java StreamTokenizer) reads a
     backslash as an escape, so a `"` or `\\` in a password must be escaped, or the line breaks."""
     return value.replace("\\", "\\\\").replace('"', '\\"')
-
-
-def deprecated_names() -> list[str]:
-    """Deprecated setting names found in the environment, each with the name to use instead."""
-    return [
-        f"HOTSWAP_{old.upper()} is deprecated; use HOTSWAP_{new.upper()}"
-        for old, new in DEPRECATED.items()
-        if f"HOTSWAP_{old.upper()}" in os.environ
-    ]
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -27,7 +27,7 @@ from hotswap.contract.models import (
 )
 from hotswap.contract.names import Keys
 from hotswap.contract.outages import KAFKA, OUTAGES, REDIS
-from hotswap.contract.settings import Settings, deprecated_names
+from hotswap.contract.settings import Settings
 from hotswap.contract.source import SourceSpec
 from hotswap.execution_graph.errors import SchemaRefused
 from hotswap.execution_graph.schemas import resolve
@@ -102,8 +102,6 @@ class Executor:
             raise
         self._enter(ExecutorPhase.BOOTSTRAPPING)
         structlog.contextvars.bind_contextvars(namespace=self.settings.namespace)
-        for warning in deprecated_names():
-            log.warning("deprecated setting", detail=warning)
         try:
             self._bootstrap(initial)
             self._swaps = SwapProtocol(self.settings, self._redis, self.graphs, self.reporter, self._fence)

@@ -10,7 +10,7 @@ from tests.component.fakes import World
 
 @pytest.fixture
 def settings() -> Settings:
-    return Settings(namespace="component", query_restarts=2, query_restart_backoff="2s", drain_timeout="300s")
+    return Settings(namespace="component", query_restarts=2, query_restart_backoff="2s", cut_timeout="300s")
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ def swap_through(world: World, names: list[str]) -> list[str]:
 
 @pytest.fixture
 def settings() -> Settings:
-    return Settings(namespace="retention", journal_retention=2, query_restarts=2, drain_timeout="300s")
+    return Settings(namespace="retention", journal_retention=2, query_restarts=2, cut_timeout="300s")
 
 
 def test_old_swaps_and_their_retired_graphs_are_forgotten_and_the_serving_one_is_not(world: World) -> None:

@@ -4,7 +4,7 @@ import pytest
 
 from hotswap.contract.errors import ConfigError
 from hotswap.contract.models import QueryKind, QuerySource
-from hotswap.contract.settings import Settings, deprecated_names, load_settings
+from hotswap.contract.settings import Settings, load_settings
 from hotswap.execution_graph.confinement import check_kind, check_size
 from hotswap.execution_graph.errors import QueryRejected
 
@@ -16,7 +16,6 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         "HOTSWAP_REDIS_URL",
         "HOTSWAP_NAMESPACE",
         "HOTSWAP_WINDOW",
-        "HOTSWAP_DRAIN_TIMEOUT",
         "HOTSWAP_CUT_TIMEOUT",
         "HOTSWAP_QUERY_KINDS",
         "HOTSWAP_STATIC_TABLES",
@@ -134,16 +133,11 @@ def test_both_queries_run_a_500ms_processing_time_trigger_unless_told_otherwise(
     assert load_settings(trigger_interval="250ms").model_dump(mode="json")["trigger_interval"] == "250ms"
 
 
-def test_the_wait_for_a_cut_is_cut_timeout_and_drain_timeout_still_reads_as_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_the_wait_for_a_cut_is_cut_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     assert str(Settings().cut_timeout) == "300s"
     assert load_settings(cut_timeout="40s").cut_timeout.ms == 40_000
-    monkeypatch.setenv("HOTSWAP_DRAIN_TIMEOUT", "50s")
-    assert Settings().cut_timeout.ms == 50_000
-    assert deprecated_names() == ["HOTSWAP_DRAIN_TIMEOUT is deprecated; use HOTSWAP_CUT_TIMEOUT"]
     monkeypatch.setenv("HOTSWAP_CUT_TIMEOUT", "60s")
-    assert Settings().cut_timeout.ms == 60_000  # the new name wins
+    assert Settings().cut_timeout.ms == 60_000
 
 
 def test_a_redis_url_without_a_scheme_is_refused_in_one_line_without_echoing_it() -> None:
