@@ -314,7 +314,12 @@ class Client:
         pipe.set(self._keys.request(request.id), request.model_dump_json(), ex=REQUEST_TTL_S)
         pipe.lpush(self._keys.requests, request.id)
         pipe.execute()
-        answer = self._answer(request.id, wait_s)
+        try:
+            answer = self._answer(request.id, wait_s)
+        except KeyboardInterrupt:
+            if self._redis.delete(self._keys.request(request.id)):  # never taken: nothing changed
+                raise Interrupted(f"interrupted: the {kind} of swap {swap_id} is withdrawn, nothing changed") from None
+            raise
         if answer is None:
             if self._redis.delete(self._keys.request(request.id)):  # never taken: gone now, nothing changed
                 raise RequestNotTaken(
@@ -367,7 +372,8 @@ class Client:
         try:
             self._ask(RequestKind.WITHDRAW, swap_id, WITHDRAW_WAIT_S)
         except ExecutorError:
-            return False  # validated meanwhile, or already ended
+            # Validated meanwhile, or already ended; or never recorded (its submission refused).
+            return not self._recorded(swap_id)
         except TimeoutExpired:
             # The executor does not answer: a swap it never recorded was never submitted; one it
             # recorded waits, as `submitted`, for its validation, and a status shows it.

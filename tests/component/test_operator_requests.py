@@ -3,6 +3,8 @@ which checks each request, and a request the executor never took leaves nothing 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hotswap.contract.journal import SwapPhase, SwapRecord, UnknownSwap
@@ -64,3 +66,14 @@ def test_abort_and_promote_through_the_executor_keep_their_one_line_reasons(worl
     assert operator.abort(swap_id).state is SwapPhase.ABORTED
     with pytest.raises(ExecutorError, match=r"has already ended \(aborted\)"):
         operator.abort(swap_id)
+
+
+def test_a_submit_the_executor_never_takes_leaves_no_swap_behind(world: World, tmp_path: Path) -> None:
+    query_file = tmp_path / "b.sql"
+    query_file.write_text("30000")
+    world.client.set(world.keys.lease, "an executor that does not tick")
+    client = Client(world.settings, world.client, between_polls=lambda: None)
+    with pytest.raises(RequestNotTaken, match="withdrawn and nothing changed"):
+        client.submit(query_file, validation_timeout_s=0.0)
+    OperatorRequests(world.client, world.keys, None).apply_pending()  # the executor ticks at last
+    assert world.journal.all() == []

@@ -1,6 +1,6 @@
-"""Swaps over real TLS listeners with least privilege: Kafka on SASL_SSL (SCRAM-SHA-512), Redis on
-TLS only, hotswap's executor as a Redis ACL user that may touch only its namespace's keys with the
-commands `hotswap acl` lists, and a submitter that may only submit, abort and read."""
+"""A swap over real TLS listeners with least privilege: Kafka on SASL_SSL (SCRAM-SHA-512), Redis on
+TLS only, the executor as a Redis ACL user that may touch only its namespace's keys with the
+commands `hotswap acl` lists, and a submitter's user that may only submit, abort and read."""
 
 from __future__ import annotations
 
@@ -17,8 +17,20 @@ from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
 from hotswap.contract.names import Keys
 from hotswap.contract.settings import Settings
 from hotswap.executor.operator.client import Client
-from tests.integration.harness import changed, executor_running, namespace_settings, read_topic, slow_to_start
-from tests.integration.scenarios import COUNT_10S, assert_three_swaps_keep_every_invariant, three_swaps_under_load
+from hotswap.executor.tools.generator import GeneratorSpec
+from hotswap.service_sink.audit import read_results
+from tests.conftest import wait_until
+from tests.integration.harness import (
+    changed,
+    committed_watermark,
+    continuous_load,
+    executor_running,
+    namespace_settings,
+    read_topic,
+    slow_to_start,
+)
+from tests.integration.oracle import Version, assert_invariants, count_and_total, peak_and_low, settle
+from tests.integration.scenarios import COUNT_10S, MAX_30S, PHASES, T0, cut_of
 from tests.integration.secured import SecuredServices, secured_services
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -33,71 +45,68 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredService
         yield services
 
 
-def add_redis_user(secured: SecuredServices, rules: list[str]) -> tuple[str, str]:
+def as_redis_user(secured: SecuredServices, settings: Settings, rules: list[str]) -> tuple[Settings, str]:
+    """These settings as a new Redis ACL user with `rules`; and its password."""
     user, password = f"u-{secrets.token_hex(3)}", f'r"e\\dis@:/{secrets.token_hex(8)}'
     secured.admin_redis.execute_command("ACL", "SETUSER", user, "on", f">{password}", *rules)  # type: ignore[no-untyped-call]
-    return user, password
-
-
-def secured_settings(secured: SecuredServices, home: Path) -> tuple[Settings, str]:
-    """A fresh namespace on the secured services, as the executor's least-privilege Redis user."""
-    kafka_user = f"svc-{secrets.token_hex(3)}"
-    secured.add_kafka_user(kafka_user, KAFKA_PASSWORD)
-    kafka = secured.kafka_settings(kafka_user, KAFKA_PASSWORD)
-    settings = namespace_settings(home, kafka.pop("kafka_bootstrap"), "redis://unused", "s", **kafka)
-    user, password = add_redis_user(secured, executor_rules(settings.namespace))
     return changed(settings, redis_url=secured.redis_url(user, password)), password
 
 
-def test_three_swaps_under_load_over_tls_and_scram_as_least_privilege_users(
+def forbidden_writes(settings: Settings) -> list[Callable[[redis.Redis], object]]:
+    """Writes that only the executor may make: the journal, the lease, a routing plan, the graphs."""
+    keys = Keys(settings.namespace)
+    return [
+        lambda r: Journal(r, keys).create(SwapRecord(id="forged", to_query="x")),
+        lambda r: r.rpush(keys.swaps, "forged"),
+        lambda r: r.set(keys.lease, "mine"),
+        lambda r: r.set(keys.routing_plan(1), "{}"),
+        lambda r: r.hset(keys.graphs, "x", "{}"),
+        lambda r: r.set(keys.current, "x"),
+    ]
+
+
+def test_a_swap_under_load_over_tls_and_scram_as_least_privilege_users(
     secured: SecuredServices, spark: SparkSession, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    settings, redis_password = secured_settings(secured, tmp_path / "home")
-    client = Client(settings)
-    with executor_running(settings, spark, COUNT_10S):
-        run = three_swaps_under_load(settings, client)
-    assert_three_swaps_keep_every_invariant(settings, client, run)
+    kafka_user = f"svc-{secrets.token_hex(3)}"
+    secured.add_kafka_user(kafka_user, KAFKA_PASSWORD)
+    kafka = secured.kafka_settings(kafka_user, KAFKA_PASSWORD)
+    base = namespace_settings(tmp_path / "home", kafka.pop("kafka_bootstrap"), "redis://unused", "s", **kafka)
+    settings, executor_password = as_redis_user(secured, base, executor_rules(base.namespace))
+    as_submitter, submitter_password = as_redis_user(secured, base, submitter_rules(base.namespace))
+    operator, submitter = Client(settings), Client(as_submitter)
 
-    # Neither password shows: not in the log (Spark's included), the status or the results.
-    output = capfd.readouterr()
-    shown = output.out + output.err + client.status().model_dump_json()
-    shown += "".join(r.value.decode(errors="replace") for r in read_topic(settings, settings.sink_topic))
-    for secret in (KAFKA_PASSWORD, redis_password):
-        assert secret not in shown
-
-
-def test_a_submitter_may_submit_abort_and_read_but_never_write_the_executors_keys(
-    secured: SecuredServices, spark: SparkSession, tmp_path: Path
-) -> None:
-    settings, _ = secured_settings(secured, tmp_path / "home")
-    user, password = add_redis_user(secured, submitter_rules(settings.namespace))
-    as_submitter = changed(settings, redis_url=secured.redis_url(user, password))
-    submitter = Client(as_submitter)
-    keys = Keys(settings.namespace)
-    with executor_running(settings, spark, COUNT_10S):
-        # Submitted and validated; then aborted before its cut, while its graph is slow to start.
-        swap = submitter.submit(slow_to_start(tmp_path, 60))
-        assert swap.state is not SwapPhase.REJECTED
-        aborted = submitter.abort(swap.id)
-        assert aborted.state is SwapPhase.ABORTED
+    spec = GeneratorSpec(rate=300, keys=3, seed=31, disorder_ms=500, time_scale=10, start_ts=T0)
+    with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as load:
+        wait_until(lambda: committed_watermark(operator, "count_per_key") > T0 + 10_000, 120, "first windows")
+        # The submitter's user: a swap submitted and aborted before its cut (its graph is slow to start)...
+        slow = submitter.submit(slow_to_start(tmp_path, 60))
+        assert submitter.abort(slow.id).state is SwapPhase.ABORTED
+        # ... and one submitted that completes, followed with its `status`.
+        swap = submitter.submit(MAX_30S)
+        done = submitter.wait_until_done(swap.id, 180)
+        assert [p.name for p in done.phases] == PHASES
         status = submitter.status()
-        assert [(s.id, s.state) for s in status.swaps] == [(swap.id, SwapPhase.ABORTED)]
-        assert status.current is not None
-        assert status.current.query_id == "count_per_key"
+        assert [(s.id, s.state) for s in status.swaps] == [(slow.id, SwapPhase.ABORTED), (swap.id, SwapPhase.COMPLETED)]
+        cut = cut_of(next(s for s in status.swaps if s.id == swap.id))
+        wait_until(lambda: committed_watermark(operator, "max_per_key_30s") >= cut + 60_000, 120, "30 s windows")
+        load.stop()
+        truth = settle(settings, lambda: committed_watermark(operator, "max_per_key_30s"))
 
-        # The journal, the lease, the routing plans and the graph records are the executor's alone.
+        # Redis refuses the submitter every write that is the executor's alone.
         direct = redis.Redis.from_url(as_submitter.redis_dsn)
-        forged = SwapRecord(id="forged", to_query="x")
-        writes: list[Callable[[], object]] = [
-            lambda: Journal(direct, keys).create(forged),
-            lambda: direct.set(keys.lease, "mine"),
-            lambda: direct.set(keys.routing_plan(1), "{}"),
-            lambda: direct.rpush(keys.swaps, "forged"),
-            lambda: direct.hset(keys.graphs, "x", "{}"),
-            lambda: direct.set(keys.current, "x"),
-        ]
-        for write in writes:
+        for write in forbidden_writes(settings):
             with pytest.raises(redis.exceptions.NoPermissionError):
-                write()
+                write(direct)
         direct.close()
-        assert [s.id for s in submitter.status().swaps] == [swap.id]
+
+    versions = [Version("count_per_key", 10_000, count_and_total), Version("max_per_key_30s", 30_000, peak_and_low)]
+    results = read_results(settings)
+    assert_invariants(results, truth.on_time, versions, [cut], truth.closed_until)
+
+    # No password shows: not in the log (Spark's included), the status or the results.
+    output = capfd.readouterr()
+    shown = output.out + output.err + submitter.status().model_dump_json()
+    shown += "".join(r.value.decode(errors="replace") for r in read_topic(settings, settings.sink_topic))
+    for secret in (KAFKA_PASSWORD, executor_password, submitter_password):
+        assert secret not in shown
