@@ -19,6 +19,10 @@ log = structlog.get_logger(__name__)
 KAFKA = "Kafka"
 REDIS = "Redis"
 SETTLE_S = 1.0
+# A dependency that fails again this soon after it was said to be back is the same outage ending
+# unevenly (seen: a broker back up answers metadata, then refuses a produce with NodeNotReadyError
+# while it registers): it is said again only if it stays away this long.
+FLAP_S = 10.0
 
 
 class Outages:
@@ -28,14 +32,23 @@ class Outages:
         self._clock = clock
         self._lock = threading.Lock()
         self._since: dict[str, float] = {}
+        self._back_at: dict[str, float] = {}  # when each was last said to be reachable again
+        self._unsaid: set[str] = set()  # down again right after it was back: not said (yet)
 
     def down(self, dependency: str, error: str, retrying: str) -> None:
         """`dependency` failed a call; `retrying` says what is retried, and for how long."""
+        now = self._clock()
         with self._lock:
             first = dependency not in self._since
             if first:
-                self._since[dependency] = self._clock()
-        if first:
+                self._since[dependency] = now
+                if now - self._back_at.get(dependency, -FLAP_S) < FLAP_S:
+                    self._unsaid.add(dependency)
+            say = dependency not in self._unsaid and first
+            if dependency in self._unsaid and now - self._since[dependency] >= FLAP_S:
+                self._unsaid.discard(dependency)  # not a flap after all: it stays away
+                say = True
+        if say:
             log.warning(f"{dependency} unreachable; retrying", error=error, retrying=retrying)
         else:
             log.debug(f"{dependency} still unreachable", error=error, retrying=retrying)
@@ -50,7 +63,14 @@ class Outages:
             if since is None or now - since < SETTLE_S:
                 return
             del self._since[dependency]
-        log.info(f"{dependency} reachable again", down_s=round(now - since, 1))
+            unsaid = dependency in self._unsaid
+            self._unsaid.discard(dependency)
+            if not unsaid:
+                self._back_at[dependency] = now
+        if unsaid:
+            log.debug(f"{dependency} reachable again, after a brief relapse", down_s=round(now - since, 1))
+        else:
+            log.info(f"{dependency} reachable again", down_s=round(now - since, 1))
 
     def is_down(self, dependency: str) -> bool:
         with self._lock:

@@ -87,6 +87,31 @@ def test_an_outage_is_one_warning_when_it_begins_and_one_line_when_it_ends(strea
     ]
 
 
+def test_an_outage_that_ends_unevenly_is_still_said_once_each_way(stream: io.StringIO) -> None:
+    configure_logging("json", "info", stream=stream)
+    now = [0.0]
+    outages = Outages(clock=lambda: now[0])
+    outages.down("Kafka", "NoBrokersAvailable", "the loop")
+    now[0] = 15.0
+    outages.up("Kafka")
+    now[0] = 16.0  # back, then a produce refused while the broker registers: the same outage
+    outages.down("Kafka", "NodeNotReadyError: 1", "the loop")
+    now[0] = 18.0
+    outages.up("Kafka")
+    lines = [(line["level"], line["event"]) for line in json_lines(stream)]
+    assert lines == [("warning", "Kafka unreachable; retrying"), ("info", "Kafka reachable again")]
+
+    now[0] = 20.0  # away again, and this time for good: said, once it has lasted FLAP_S
+    outages.down("Kafka", "NoBrokersAvailable", "the loop")
+    now[0] = 31.0
+    outages.down("Kafka", "NoBrokersAvailable", "the loop")
+    outages.down("Kafka", "NoBrokersAvailable", "the loop")
+    now[0] = 40.0
+    outages.up("Kafka")
+    lines = [(line["level"], line["event"]) for line in json_lines(stream)]
+    assert lines[2:] == [("warning", "Kafka unreachable; retrying"), ("info", "Kafka reachable again")]
+
+
 def test_configuring_again_replaces_the_handler(stream: io.StringIO) -> None:
     configure_logging("json", "info", stream=io.StringIO())
     configure_logging("console", "info", stream=stream)
