@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from typer.testing import CliRunner
 
-from hotswap.contract.access import executor_rules, submitter_rules
+from hotswap.contract.access import acl_line, executor_rules, submitter_rules
 from hotswap.executor.operator import cli
 
 
@@ -23,3 +25,12 @@ def test_a_submitter_writes_only_requests_dry_runs_and_diffs() -> None:
     assert "-@all" in submitter_rules("ns")
     assert "+rpush" not in submitter_rules("ns")  # the journal's lists grow by the executor's hand only
     assert "~hotswap:{ns}:*" in executor_rules("ns")
+
+
+def test_the_acl_lines_the_docs_show_are_the_ones_hotswap_prints() -> None:
+    root = Path(__file__).resolve().parents[2]
+    lines = [acl_line("hotswap", executor_rules("prod")), acl_line("hotswap-submit", submitter_rules("prod"))]
+    for doc in (root / "README.md", root / "docs" / "security.md"):
+        text = doc.read_text()
+        for line in lines:
+            assert line in text, f"{doc.name} shows other ACL lines than `hotswap -n prod acl` prints"
