@@ -18,6 +18,10 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import structlog
+
+log = structlog.get_logger(__name__)
+
 MAX_DEPTH = 32  # cause chains are short; this only guards against a cycle we failed to see
 MAX_LENGTH = 500  # one line, for a status table and a log line
 
@@ -254,3 +258,20 @@ def _one_line(text: str) -> str:
     line = " ".join(text.split())
     line = _SQLSTATE.sub("", line)
     return line if len(line) <= MAX_LENGTH else line[: MAX_LENGTH - 1] + "…"
+
+
+def first_line(exc: BaseException) -> str:
+    """The one-line reason of a failure: its root cause (contract.causes), never a py4j or Python
+    Proxy wrapper. The whole chain goes to the debug log, once per failure."""
+    cause = root_cause(exc)
+    if cause not in _traced:
+        _traced.append(cause)
+        del _traced[:-_TRACED_KEPT]
+        log.debug("failure trace", cause=cause, trace=full_trace(exc))
+    return cause
+
+
+# Failures whose trace went to the debug log already: a dead query's failure is read again on every
+# tick until it is restarted, and its trace is worth one entry, not one per tick.
+_TRACED_KEPT = 64
+_traced: list[str] = []

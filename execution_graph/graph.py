@@ -27,6 +27,7 @@ import structlog
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
+from hotswap.contract.causes import first_line
 from hotswap.contract.lifecycle import BatchWatch, stall_text, stop_between_batches
 from hotswap.contract.models import GraphEngine, GraphRecord, SkippedRows
 from hotswap.contract.settings import Settings
@@ -36,7 +37,7 @@ from hotswap.execution_graph.closing import FAILED_FILE, WindowCloser, closing_s
 from hotswap.execution_graph.confinement import isolated_session
 from hotswap.execution_graph.errors import GraphStartFailed
 from hotswap.execution_graph.events import batch_events, events_stream, graph_topic_stream, version_reads
-from hotswap.execution_graph.user_query import apply_query, first_line, prepare_query
+from hotswap.execution_graph.user_query import apply_query, prepare_query
 
 __all__ = ["GraphRunner", "claim_checkpoint", "events_stream"]
 

@@ -18,7 +18,7 @@ import structlog
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 
-from hotswap.contract.causes import full_trace, root_cause
+from hotswap.contract.causes import first_line
 from hotswap.contract.models import QueryKind, QuerySource
 from hotswap.contract.reasons import ReasonCode
 from hotswap.execution_graph.confinement import check_plan, check_text
@@ -130,20 +130,3 @@ def _missing_column(exc: PySparkException, events: DataFrame, source: QuerySourc
     name = parameters.get("objectName") or parameters.get("fieldName") or "?"
     schema = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in events.schema.fields)
     return f"query {source.name!r} reads {name}, which the schema it was checked against lacks: {schema}"
-
-
-def first_line(exc: BaseException) -> str:
-    """The one-line reason of a failure: its root cause (contract.causes), never a py4j or Python
-    Proxy wrapper. The whole chain goes to the debug log, once per failure."""
-    cause = root_cause(exc)
-    if cause not in _traced:
-        _traced.append(cause)
-        del _traced[:-_TRACED_KEPT]
-        log.debug("failure trace", cause=cause, trace=full_trace(exc))
-    return cause
-
-
-# Failures whose trace went to the debug log already: a dead query's failure is read again on every
-# tick until it is restarted, and its trace is worth one entry, not one per tick.
-_TRACED_KEPT = 64
-_traced: list[str] = []

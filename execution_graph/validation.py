@@ -25,12 +25,13 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from hotswap.contract.causes import first_line
 from hotswap.contract.models import QuerySource
 from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.windows import Windowing, common_boundary_ms, format_duration_ms
 from hotswap.execution_graph.errors import QueryRejected
 from hotswap.execution_graph.plan import Origin, Plan
-from hotswap.execution_graph.user_query import apply_query, first_line
+from hotswap.execution_graph.user_query import apply_query
 
 # A cut waits for the next boundary shared by both windows' grids (their slides; their sizes when
 # tumbling); refuse grids whose common boundary is further apart than this many of the larger one.

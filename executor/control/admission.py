@@ -27,6 +27,7 @@ from typing import TypeVar
 
 import structlog
 
+from hotswap.contract.causes import first_line
 from hotswap.contract.errors import HotswapError
 from hotswap.contract.faults import crash_point
 from hotswap.contract.journal import Also, Journal, SwapPhase, SwapRecord
@@ -36,7 +37,6 @@ from hotswap.contract.settings import Settings
 from hotswap.contract.source import SourceSpec
 from hotswap.execution_graph.errors import QueryRejected
 from hotswap.execution_graph.graph import GraphRunner
-from hotswap.execution_graph.user_query import first_line
 from hotswap.execution_graph.validation import QueryShape
 from hotswap.executor.control.graphs import Graphs
 

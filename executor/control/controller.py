@@ -12,6 +12,7 @@ import structlog
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
+from hotswap.contract.causes import first_line
 from hotswap.contract.errors import ConfigError, ControlStateLost, HotswapError, LeaseLost
 from hotswap.contract.fence import Fence, fenced_write
 from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
@@ -31,7 +32,6 @@ from hotswap.contract.settings import Settings
 from hotswap.contract.source import SourceSpec
 from hotswap.execution_graph.errors import SchemaRefused
 from hotswap.execution_graph.schemas import resolve
-from hotswap.execution_graph.user_query import first_line
 from hotswap.executor.control.dry_run import DryRuns
 from hotswap.executor.control.durability import check_durability
 from hotswap.executor.control.graphs import Graphs

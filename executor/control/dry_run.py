@@ -19,6 +19,7 @@ import structlog
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
+from hotswap.contract.causes import first_line
 from hotswap.contract.errors import HotswapError
 from hotswap.contract.journal import Journal, SwapRecord
 from hotswap.contract.models import GraphRecord
@@ -30,7 +31,6 @@ from hotswap.contract.settings import Settings
 from hotswap.contract.windows import Windowing, cut_boundary
 from hotswap.execution_graph.errors import QueryRejected
 from hotswap.execution_graph.graph import GraphRunner, events_stream
-from hotswap.execution_graph.user_query import first_line
 from hotswap.executor.control.admission import on_own_thread
 from hotswap.executor.control.graphs import Graphs
 

@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 
-from hotswap.contract.causes import cause_in_text, full_trace, is_cancellation, root_cause
+from hotswap.contract.causes import cause_in_text, first_line, full_trace, is_cancellation, root_cause
 from hotswap.execution_graph.errors import QueryRejected
-from hotswap.execution_graph.user_query import first_line
 from hotswap.executor.logs import PROXY_LOGGER, BatchFunctionErrors
 
 FIXTURES = json.loads((Path(__file__).parent / "fixtures" / "spark_failures.json").read_text())
