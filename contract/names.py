@@ -13,7 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-# Counter names in the counters hash that are followed by a query id (or `service`).
+# Counter names in the counters hash (`Keys.counters`), each cumulative over the namespace's life.
+LATE_RECORDS = "late_records"  # rows older than the service watermark, sent to the late topic
+DEAD_LETTER_RECORDS = "dead_letter_records"  # rows sent to the dead-letter topic, whatever the reason
+EXPIRED_RECORDS = "expired_records"  # rows the source's retention deleted before the service graph read them
+# ... and those followed by a name: a query id (or `service`), or a dead letter's reason code.
+ROUTED = "routed:"  # rows the service graph routed to each graph
+DEAD_LETTER = "dead_letter:"  # dead-lettered rows by reason code
 STALLED = "stalled_batches:"  # batches cancelled for running longer than batch_stall_timeout
 SKIPPED = "skipped_batches:"  # poison batches a graph skipped, its rows dead-lettered (poison_batches)
 

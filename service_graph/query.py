@@ -35,7 +35,15 @@ from hotswap.contract.fence import Batch, Fence, fenced_write
 from hotswap.contract.journal import Journal, SwapPhase, SwapRecord, active_swap
 from hotswap.contract.lifecycle import BatchWatch, RestartBudget, stall_text, stop_between_batches
 from hotswap.contract.models import GraphRecord, RoutingPlan, ServiceState, now_ms
-from hotswap.contract.names import STALLED, Keys
+from hotswap.contract.names import (
+    DEAD_LETTER,
+    DEAD_LETTER_RECORDS,
+    EXPIRED_RECORDS,
+    LATE_RECORDS,
+    ROUTED,
+    STALLED,
+    Keys,
+)
 from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.records import read_current, read_graphs_named, read_service_state
 from hotswap.contract.settings import Settings
@@ -372,11 +380,11 @@ class ServiceGraph:
         # A replayed batch was counted the first time it ran.
         if after.last_batch > before.last_batch:
             counts = {
-                "late_records": stats.late,
-                "dead_letter_records": stats.dead_letter,
-                "expired_records": self._expired(before, stats.partitions),
-                **{f"dead_letter:{code}": n for code, n in stats.dead_letter_by_reason.items()},
-                **{f"routed:{query}": n for query, n in stats.routed_by_query.items()},
+                LATE_RECORDS: stats.late,
+                DEAD_LETTER_RECORDS: stats.dead_letter,
+                EXPIRED_RECORDS: self._expired(before, stats.partitions),
+                **{f"{DEAD_LETTER}{code}": n for code, n in stats.dead_letter_by_reason.items()},
+                **{f"{ROUTED}{query}": n for query, n in stats.routed_by_query.items()},
             }
 
         def queue(pipe: Batch) -> None:

@@ -22,7 +22,7 @@ from hotswap.contract.errors import HotswapError, TimeoutExpired
 from hotswap.contract.fence import Batch, Fence, fenced_write
 from hotswap.contract.lifecycle import RestartBudget
 from hotswap.contract.models import CurrentQuery, GraphEngine, GraphRecord, GraphState, QuerySource, now_ms
-from hotswap.contract.names import SKIPPED, STALLED, Keys
+from hotswap.contract.names import DEAD_LETTER, DEAD_LETTER_RECORDS, ROUTED, SKIPPED, STALLED, Keys
 from hotswap.contract.ownership import OwnershipReader
 from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.records import read_current, read_graphs, read_graphs_named
@@ -288,8 +288,8 @@ class Graphs:
         def queue(batch: Batch) -> None:
             batch.hset(self._keys.graphs, skipping.query_id, skipping.model_dump_json())
             batch.hincrby(self._keys.counters, f"{SKIPPED}{record.query_id}", 1)
-            batch.hincrby(self._keys.counters, "dead_letter_records", moved)
-            batch.hincrby(self._keys.counters, f"dead_letter:{DeadLetterReason.POISON_BATCH}", moved)
+            batch.hincrby(self._keys.counters, DEAD_LETTER_RECORDS, moved)
+            batch.hincrby(self._keys.counters, f"{DEAD_LETTER}{DeadLetterReason.POISON_BATCH}", moved)
 
         fenced_write(self._redis, self._fence, queue)
         log.warning(
@@ -403,7 +403,7 @@ class Graphs:
         def queue(batch: Batch) -> None:
             batch.hdel(self._keys.graphs, record.query_id)
             batch.delete(self._keys.progress(record.query_id))
-            for counter in (STALLED, SKIPPED, "routed:"):
+            for counter in (STALLED, SKIPPED, ROUTED):
                 batch.hdel(self._keys.counters, f"{counter}{record.query_id}")
             if raw is None or int(raw) < number:
                 batch.hset(self._keys.forgotten_names, base, str(number))

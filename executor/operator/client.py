@@ -25,7 +25,16 @@ from hotswap.contract.models import (
     QuerySource,
     ShadowDiff,
 )
-from hotswap.contract.names import SKIPPED, STALLED, Keys
+from hotswap.contract.names import (
+    DEAD_LETTER,
+    DEAD_LETTER_RECORDS,
+    EXPIRED_RECORDS,
+    LATE_RECORDS,
+    ROUTED,
+    SKIPPED,
+    STALLED,
+    Keys,
+)
 from hotswap.contract.outages import OUTAGES, REDIS
 from hotswap.contract.phases import clock
 from hotswap.contract.plans import DRY_RUN_TTL_S, DryRunPlan, DryRunRequest
@@ -465,7 +474,7 @@ class Client:
                     retired_at=g.retired_at,
                     progress=_progress_status(progress[query_id]),
                     source_schema=g.reads.schema_ddl if g.reads else None,
-                    routed_records=counters.get(f"routed:{query_id}", 0),
+                    routed_records=counters.get(f"{ROUTED}{query_id}", 0),
                     engine=g.engine,
                     partitions=g.partitions,
                     stalled_batches=counters.get(f"{STALLED}{query_id}", 0),
@@ -473,11 +482,11 @@ class Client:
                 )
                 for query_id, g in graphs.items()
             },
-            late_records=counters.get("late_records", 0),
-            dead_letter_records=counters.get("dead_letter_records", 0),
-            expired_records=counters.get("expired_records", 0),
+            late_records=counters.get(LATE_RECORDS, 0),
+            dead_letter_records=counters.get(DEAD_LETTER_RECORDS, 0),
+            expired_records=counters.get(EXPIRED_RECORDS, 0),
             dead_letters={
-                name.removeprefix("dead_letter:"): n for name, n in counters.items() if name.startswith("dead_letter:")
+                name.removeprefix(DEAD_LETTER): n for name, n in counters.items() if name.startswith(DEAD_LETTER)
             },
             source=namespace.source.describe() if namespace and namespace.source else None,
         )

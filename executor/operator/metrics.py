@@ -25,8 +25,8 @@ from prometheus_client.registry import Collector
 
 from hotswap.contract.journal import SwapPhase
 from hotswap.contract.models import ExecutorPhase
-from hotswap.contract.names import SKIPPED, STALLED
-from hotswap.executor.operator.observe import ROUTED, Snapshot
+from hotswap.contract.names import ROUTED, SKIPPED, STALLED
+from hotswap.executor.operator.observe import Snapshot
 
 log = structlog.get_logger(__name__)
 

@@ -22,12 +22,11 @@ from typing import Any
 
 from hotswap.contract.journal import active_swap
 from hotswap.contract.models import GraphRecord, GraphState, now_ms
+from hotswap.contract.names import DEAD_LETTER, ROUTED
 from hotswap.contract.settings import Settings
 from hotswap.contract.status import Status, SwapStatus
 from hotswap.executor.operator.client import Client
 
-ROUTED = "routed:"  # counters hash: rows the service graph routed to each graph (cumulative)
-DEAD_LETTER = "dead_letter:"  # counters hash: dead-lettered rows by reason code
 UNCLASSIFIED = "unclassified"  # dead letters counted before reasons were (their total minus the reasons')
 
 
