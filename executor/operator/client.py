@@ -345,14 +345,18 @@ class Client:
             raise ExecutorError(answer.error or f"the executor refused the {kind} of swap {swap_id}")
 
     def _answer(self, request_id: str, wait_s: float) -> RequestAnswer | None:
+        """The executor's answer, read within `wait_s`, and never before one pause between two reads
+        (a client that was itself descheduled past its deadline still gives the executor a turn)."""
         deadline = time.monotonic() + wait_s
+        paused = False
         while True:
             raw = self._redis.getdel(self._keys.request_answer(request_id))
             if raw is not None:
                 return RequestAnswer.model_validate_json(raw)
-            if time.monotonic() >= deadline:
+            if paused and time.monotonic() >= deadline:
                 return None
             self._between_polls()
+            paused = True
 
     def wait_until_done(self, swap_id: str, timeout_s: float) -> SwapRecord:
         """Until the swap completes; raises SwapFailed once it ended otherwise, or was stranded."""
@@ -380,12 +384,9 @@ class Client:
         """Abort a swap still waiting for validation; False if it was decided already."""
         try:
             self._ask(RequestKind.WITHDRAW, swap_id, WITHDRAW_WAIT_S)
-        except ExecutorError:
-            # Validated meanwhile, or already ended; or never recorded (its submission refused).
-            return not self._recorded(swap_id)
-        except TimeoutExpired:
-            # The executor does not answer: a swap it never recorded was never submitted; one it
-            # recorded waits, as `submitted`, for its validation, and a status shows it.
+        except (ExecutorError, TimeoutExpired):
+            # Refused (validated meanwhile, or ended) or not answered: either way a swap that was
+            # never recorded changed nothing, and one that was is not withdrawn.
             return not self._recorded(swap_id)
         return True
 
