@@ -197,7 +197,7 @@ class SwapCollector(Collector):
         )
         dead = CounterMetricFamily(
             "hotswap_dead_letter_records",
-            "Rows sent to the dead-letter topic, by reason code (`unclassified`: counted before reasons were).",
+            "Rows sent to the dead-letter topic, by reason code.",
             labels=["reason"],
         )
         for reason, n in snap.dead_letters_by_reason.items():

@@ -27,8 +27,6 @@ from hotswap.contract.settings import Settings
 from hotswap.contract.status import Status, SwapStatus
 from hotswap.executor.operator.client import Client
 
-UNCLASSIFIED = "unclassified"  # dead letters counted before reasons were (their total minus the reasons')
-
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -50,12 +48,8 @@ class Snapshot:
 
     @property
     def dead_letters_by_reason(self) -> dict[str, int]:
-        """Dead letters by reason code; what no reason accounts for is `unclassified`."""
-        by_reason = self.per_query(DEAD_LETTER)
-        rest = self.status.dead_letter_records - sum(by_reason.values())
-        if rest > 0:
-            by_reason[UNCLASSIFIED] = rest
-        return dict(sorted(by_reason.items()))
+        """Dead letters by reason code (every dead letter is counted with its reason)."""
+        return dict(sorted(self.per_query(DEAD_LETTER).items()))
 
     @property
     def source_read(self) -> int:

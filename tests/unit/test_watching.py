@@ -109,6 +109,7 @@ def server() -> fakeredis.FakeServer:
             "dead_letter_records": 5,
             "expired_records": 1,
             "dead_letter:not_json": 2,
+            "dead_letter:too_far_ahead": 3,
             "routed:b": 400,
             "routed:c": 25,
         },
@@ -215,7 +216,7 @@ def test_the_live_view_shows_the_swap_in_progress_with_progress_bars(api: Client
     assert "120 rows waiting in its topic" in text
     assert "routed 50/s" in text
     assert "late records 3   dead-letter records 5   expired records 1" in text
-    assert "not_json 2, unclassified 3" in text
+    assert "not_json 2, too_far_ahead 3" in text
     assert "idle" in text
     assert rates(before, before) == Rates()
 
@@ -330,7 +331,7 @@ def test_the_dashboard_shows_the_query_the_timeline_with_w_and_the_owners(api: C
     assert "SELECT &lt;b&gt;1&lt;/b&gt; FROM events" in html  # the query text, escaped
     assert "event_time TIMESTAMP" in html  # the schema it reads
     assert "windows ending after" in html
-    assert "dead letters by reason: not_json 2, unclassified 3" in html
+    assert "dead letters by reason: not_json 2, too_far_ahead 3" in html
     assert "setInterval(refresh, 1000)" in html
 
 
@@ -368,7 +369,7 @@ def test_the_metrics_follow_prometheus_naming_and_read_the_journal(api: Client) 
     assert m['hotswap_routed_records_total{query_id="b"}'] == 400
     assert m["hotswap_results_written_total"] == 52
     assert m['hotswap_dead_letter_records_total{reason="not_json"}'] == 2
-    assert m['hotswap_dead_letter_records_total{reason="unclassified"}'] == 3
+    assert m['hotswap_dead_letter_records_total{reason="too_far_ahead"}'] == 3
     assert m["hotswap_late_records_total"] == 3
     assert m["hotswap_expired_records_total"] == 1
     assert m["hotswap_service_watermark_seconds"] == 62.0
