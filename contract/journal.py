@@ -365,22 +365,3 @@ class Journal:
             batch.lrem(self._keys.open_swaps, 0, record.id)
 
     # -- the index of open swaps -----------------------------------------------------------
-    def build_index(self) -> bool:
-        """Build the index of open swaps for a namespace whose journal predates it (once; True if built).
-
-        A swap recorded `failed` after its cut, as earlier versions wrote it, is rewritten `stranded`,
-        which is what that record meant.
-        """
-        if self._redis.exists(self._keys.journal_format):
-            return False
-        swaps = self.all()
-        batch = Batch().expect(self._keys.journal_format, None).delete(self._keys.open_swaps)
-        for swap in swaps:
-            if swap.state is SwapPhase.FAILED and swap.cut_window_end is not None:
-                phases = (*swap.phases[:-1], swap.phases[-1].changed(name=SwapPhase.STRANDED)) if swap.phases else ()
-                swap = swap.changed(state=SwapPhase.STRANDED, phases=phases)
-                batch.set(self._keys.swap(swap.id), swap.model_dump_json())
-            if not swap.state.is_terminal:
-                batch.rpush(self._keys.open_swaps, swap.id)
-        batch.set(self._keys.journal_format, "2").incr(self._keys.journal_version)
-        return write(self._redis, self._fence, batch)

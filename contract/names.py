@@ -72,11 +72,6 @@ class Keys:
         return f"{self.prefix}:swaps:open"
 
     @property
-    def journal_format(self) -> str:
-        """Set once the journal keeps the index of open swaps (namespaces from before it get it built)."""
-        return f"{self.prefix}:journal-format"
-
-    @property
     def journal_version(self) -> str:
         """A counter every journal write increments: a reader that caches what it derived from the
         journal (a graph's owned windows) reads this one number per batch, not the whole history."""

@@ -168,8 +168,6 @@ class Executor:
             self._topics.ensure(topic, partitions)
 
         journal = Journal(self._redis, self._keys, self._fence)
-        if journal.build_index():
-            log.info("journal index of open swaps built")
         current = self.graphs.current()
         records = self.graphs.records()
         if current is None:

@@ -313,7 +313,6 @@ class World:
         self.markers = RecordedMarkers(settings)
         self.service._markers = self.markers
         self.service._source = QuietSource(settings)
-        self.journal.build_index()
 
     def serve(self, name: str, window_ms: int = 10_000) -> GraphRecord:
         """`hotswap run --query`: the namespace's first query, running and current."""

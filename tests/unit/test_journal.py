@@ -83,33 +83,6 @@ def test_open_swaps_are_read_without_the_ended_ones(journal: Journal) -> None:
     assert [s.id for s in journal.all()] == ["a", "b", "c"]
 
 
-def test_a_journal_from_before_the_index_gets_it_and_its_failed_after_cut_swaps_are_stranded() -> None:
-    client = fakeredis.FakeRedis()
-    keys = Keys("unit")
-    journal = Journal(client, keys)
-    for swap_id in ("done", "failed-before", "failed-after", "running"):
-        journal.create(SwapRecord(id=swap_id, to_query=swap_id))
-    # As an earlier version left them: no index, and `failed` for both kinds of failure.
-    old = {
-        "done": SwapPhase.COMPLETED,
-        "failed-before": SwapPhase.FAILED,
-        "failed-after": SwapPhase.FAILED,
-        "running": SwapPhase.DRAINING,
-    }
-    for swap_id, state in old.items():
-        cut = 60_000 if swap_id in ("failed-after", "running", "done") else None
-        record = journal.get(swap_id).changed(state=state, cut_window_end=cut)
-        client.set(keys.swap(swap_id), record.model_dump_json())
-    client.delete(keys.open_swaps)
-    assert journal.build_index()
-    assert [(s.id, s.state) for s in journal.open()] == [
-        ("failed-after", SwapPhase.STRANDED),
-        ("running", SwapPhase.DRAINING),
-    ]
-    assert journal.get("failed-before").state is SwapPhase.FAILED
-    assert not journal.build_index()  # once
-
-
 def test_reading_open_swaps_reads_none_of_the_ended_ones(journal: Journal, monkeypatch: pytest.MonkeyPatch) -> None:
     """The executor's tick and the service graph read `open()`: 200 swaps of history cost it nothing."""
     for n in range(200):
