@@ -15,7 +15,7 @@ from hotswap.contract.names import Keys
 # Every command hotswap sends to Redis, the scripts' included. CONFIG GET reads the persistence
 # settings at start (executor.control.durability); SCAN is only for `hotswap run --reset-namespace`.
 EXECUTOR_COMMANDS = (
-    "hello", "ping", "client|setname",
+    "hello", "ping", "select", "client|setname",
     "get", "set", "getdel", "del", "exists", "mget", "incr", "expire", "pexpire",
     "hget", "hset", "hdel", "hgetall", "hmget", "hincrby", "hexists",
     "lpush", "rpush", "rpop", "lrange", "lrem",
@@ -28,8 +28,8 @@ EXECUTOR_COMMANDS = (
 # requests in one transaction. Redis checks a script's commands against these rules: its writes
 # reach only the keys below.
 SUBMITTER_COMMANDS = (
-    "hello", "ping", "client|setname",
-    "get", "getdel", "set", "del", "exists", "mget", "expire",
+    "hello", "ping", "select", "client|setname",
+    "get", "set", "del", "exists", "mget", "expire",
     "hget", "hgetall", "hmget", "hexists",
     "lpush", "lrange",
     "multi", "exec", "discard",

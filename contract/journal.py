@@ -58,6 +58,10 @@ class UnknownSwap(HotswapError):
     """No swap with that id exists in this namespace."""
 
 
+class SwapExists(HotswapError):
+    """A swap with that id exists already."""
+
+
 class PhaseEntry(Record):
     name: SwapPhase
     at: int
@@ -211,7 +215,7 @@ class Journal:
         batch = Batch()
         first = self._creating(batch, record)
         if not write(self._redis, self._fence, batch):
-            raise HotswapError(f"swap {record.id} already exists in namespace {self._keys.namespace!r}")
+            raise SwapExists(f"swap {record.id} already exists in namespace {self._keys.namespace!r}")
         return first
 
     def _creating(self, batch: Batch, record: SwapRecord) -> SwapRecord:

@@ -7,16 +7,15 @@ from __future__ import annotations
 import redis
 import structlog
 
-from hotswap.contract.errors import HotswapError
 from hotswap.contract.fence import Fence
-from hotswap.contract.journal import Journal, SwapPhase, UnknownSwap
+from hotswap.contract.journal import Journal, SwapExists, SwapPhase, UnknownSwap
 from hotswap.contract.names import Keys
 from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.requests import REQUEST_TTL_S, OperatorRequest, RequestAnswer, RequestKind, submitted
 
 log = structlog.get_logger(__name__)
 
-APPLIED_PER_TICK = 20  # each is a few Redis round trips; a burst must not hold the loop for long
+TAKEN_PER_TICK = 20  # each is a few Redis round trips; a burst must not hold the loop for long
 
 
 class OperatorRequests:
@@ -26,12 +25,13 @@ class OperatorRequests:
         self._journal = Journal(client, keys, fence)
 
     def apply_pending(self) -> int:
-        """Apply the requests waiting, oldest first; returns how many were applied."""
-        applied = 0
-        while applied < APPLIED_PER_TICK:
+        """Apply the requests waiting, oldest first; returns how many ids were taken."""
+        taken = 0
+        while taken < TAKEN_PER_TICK:
             raw_id = self._redis.rpop(self._keys.requests)
             if raw_id is None:
                 break
+            taken += 1
             request_id = raw_id.decode() if isinstance(raw_id, bytes) else str(raw_id)
             # GETDEL: once taken, a client's DEL finds nothing, so it knows the request is ours.
             raw = self._redis.getdel(self._keys.request(request_id))
@@ -40,13 +40,17 @@ class OperatorRequests:
             try:
                 request = OperatorRequest.model_validate_json(raw)
             except ValueError as exc:
-                self._answer(RequestAnswer(request_id=request_id, ok=False, error=f"unreadable request: {exc}"))
+                self._answer(request_id, RequestAnswer(request_id=request_id, ok=False, error=f"unreadable: {exc}"))
                 continue
-            self._answer(self._apply(request))
-            applied += 1
-        return applied
+            if request.id != request_id:  # the answer goes where the client that pushed this id reads it
+                self._answer(request_id, RequestAnswer(request_id=request_id, ok=False, error="mismatched request id"))
+                continue
+            self._answer(request_id, self._apply(request))
+        return taken
 
     def _apply(self, request: OperatorRequest) -> RequestAnswer:
+        ok = RequestAnswer(request_id=request.id, ok=True)
+
         def refused(error: str, code: ReasonCode | None = None) -> RequestAnswer:
             log.info("operator request refused", request=request.kind.value, swap_id=request.swap_id, error=error)
             return RequestAnswer(request_id=request.id, ok=False, error=error, reason_code=code)
@@ -54,25 +58,32 @@ class OperatorRequests:
         if request.kind is RequestKind.SUBMIT:
             if request.swap is None or request.swap.id != request.swap_id:
                 return refused("a submit request must carry the swap it submits")
+            proposed = submitted(request.swap)
             try:
-                self._journal.create(submitted(request.swap))
-            except HotswapError as exc:
-                return refused(str(exc))
-            log.info("swap submitted", swap_id=request.swap_id, query_id=request.swap.to_query)
-            return RequestAnswer(request_id=request.id, ok=True)
+                self._journal.create(proposed)
+            except SwapExists as exc:
+                # Our own write, retried after its reply was lost, finds itself: the ids are random.
+                found = self._journal.find(proposed.id)
+                if found is None or (found.to_query, found.source) != (proposed.to_query, proposed.source):
+                    return refused(str(exc))
+            log.info("swap submitted", swap_id=request.swap_id, query_id=proposed.to_query)
+            return ok
         try:
             swap = self._journal.get(request.swap_id)
         except UnknownSwap as exc:
             return refused(str(exc))
         if request.kind is RequestKind.PROMOTE:
             if self._journal.request_promotion(swap.id) is None:
+                latest = self._journal.get(swap.id)
+                if latest.promote:
+                    return ok  # promoted already (or our write, retried)
                 return refused(
                     f"swap {swap.id} is {swap.state}; only a shadow that has started (`shadowing`) can be promoted"
                     if swap.shadow
                     else f"swap {swap.id} is not a shadow; submit the query with --shadow to run it beside the "
                     "current one"
                 )
-            return RequestAnswer(request_id=request.id, ok=True)
+            return ok
         withdraw = request.kind is RequestKind.WITHDRAW
         aborted = self._journal.advance(
             swap.id,
@@ -83,13 +94,15 @@ class OperatorRequests:
         )
         if aborted is None:
             latest = self._journal.get(swap.id)
+            if latest.state is SwapPhase.ABORTED:
+                return ok  # aborted already (or our write, retried): what was asked holds
             if latest.state.is_past_cut:
                 return refused(f"swap {swap.id} is {latest.state}; only a swap before its cut can be aborted")
             if latest.state.is_before_cut:  # a withdrawal only: validated meanwhile, so it goes on
                 return refused(f"swap {swap.id} is {latest.state}: validated meanwhile")
             return refused(f"swap {swap.id} has already ended ({latest.state})")
         log.info("swap aborted by operator", swap_id=swap.id, withdrawn=withdraw)
-        return RequestAnswer(request_id=request.id, ok=True)
+        return ok
 
-    def _answer(self, answer: RequestAnswer) -> None:
-        self._redis.set(self._keys.request_answer(answer.request_id), answer.model_dump_json(), ex=REQUEST_TTL_S)
+    def _answer(self, request_id: str, answer: RequestAnswer) -> None:
+        self._redis.set(self._keys.request_answer(request_id), answer.model_dump_json(), ex=REQUEST_TTL_S)

@@ -246,8 +246,12 @@ class Client:
         if swap.state.is_before_cut:
             try:
                 return self.abort(swap_id)
+            except Interrupted:
+                raise
             except ExecutorError:
                 swap = self.journal.get(swap_id)  # cut meanwhile: roll back after the cut
+                if not (swap.state.is_past_cut or swap.state is SwapPhase.COMPLETED):
+                    raise
         if swap.state is SwapPhase.ROLLED_BACK:
             raise ExecutorError(f"swap {swap_id} is already rolled back")
         if swap.state is SwapPhase.FIXED_FORWARD:
@@ -291,21 +295,39 @@ class Client:
                     "nothing changed; is the executor busy? submit again, with a longer --timeout"
                 ) from exc
             record = self.journal.get(swap.id)
+            if record.state is SwapPhase.ABORTED:
+                raise TimeoutExpired(
+                    f"swap {swap.id} was not validated within {validation_timeout_s:.0f}s, so it is withdrawn and "
+                    "nothing changed; is the executor busy? submit again, with a longer --timeout"
+                ) from exc
             if record.state is SwapPhase.SUBMITTED:
                 raise TimeoutExpired(
                     f"swap {swap.id} was not validated within {validation_timeout_s:.0f}s, and the executor did not "
                     f"take its withdrawal: it waits, `submitted`; `hotswap abort {swap.id}` once the executor answers"
                 ) from exc
         except KeyboardInterrupt as exc:
-            if self._withdraw(swap.id):
-                raise Interrupted(f"interrupted: swap {swap.id} is withdrawn, nothing changed") from exc
-            raise Interrupted(
-                f"interrupted: swap {swap.id} was validated meanwhile and goes on; follow it with `hotswap status`, "
-                f"or `hotswap abort {swap.id}`"
-            ) from exc
+            try:
+                withdrawn = self._withdraw(swap.id)
+            except (Interrupted, KeyboardInterrupt):
+                withdrawn = False
+            raise Interrupted(self._interrupted(swap.id, withdrawn)) from exc
         if record.state is SwapPhase.REJECTED:
             raise SubmitRejected(f"rejected ({record.reason_code}): {record.error}", record.reason_code)
         return record
+
+    def _interrupted(self, swap_id: str, withdrawn: bool) -> str:
+        """What a submit interrupted by Ctrl-C leaves behind, in one line."""
+        record = self.journal.find(swap_id)
+        if withdrawn or record is None or record.state is SwapPhase.ABORTED:
+            return f"interrupted: swap {swap_id} is withdrawn, nothing changed"
+        if record.state is SwapPhase.SUBMITTED:
+            return f"interrupted: swap {swap_id} waits for validation and may run; `hotswap abort {swap_id}` to stop it"
+        if record.state is SwapPhase.REJECTED:
+            return f"interrupted: swap {swap_id} was rejected ({record.reason_code}): {record.error}"
+        return (
+            f"interrupted: swap {swap_id} was validated meanwhile and goes on; follow it with `hotswap status`, "
+            f"or `hotswap abort {swap_id}`"
+        )
 
     def _executor_runs(self, what: str) -> None:
         if not self._redis.exists(self._keys.lease):
@@ -350,9 +372,11 @@ class Client:
         deadline = time.monotonic() + wait_s
         paused = False
         while True:
-            raw = self._redis.getdel(self._keys.request_answer(request_id))
+            raw = self._redis.get(self._keys.request_answer(request_id))
             if raw is not None:
-                return RequestAnswer.model_validate_json(raw)
+                answer = RequestAnswer.model_validate_json(raw)
+                self._redis.delete(self._keys.request_answer(request_id))  # else its time-to-live does
+                return answer
             if paused and time.monotonic() >= deadline:
                 return None
             self._between_polls()
@@ -414,6 +438,8 @@ class Client:
             ) from exc
         if aborted is None:
             latest = self.journal.get(swap_id)
+            if latest.state is SwapPhase.ABORTED:
+                return latest
             raise ExecutorError(
                 f"swap {swap_id} is {latest.state}; only a swap before its cut can be aborted"
                 if latest.state.is_past_cut
