@@ -3,21 +3,27 @@
 Local mode is the default; a cluster master URL or extra Spark conf comes from settings
 (`spark_master`, `spark_conf`), so moving to a cluster changes configuration, not code.
 Spark's Kafka connector comes from the jars directory if it holds it, else from Maven Central
-(see `connector_conf`). Spark Connect is refused (`check_spark_target`).
+(see `connector_conf`). Spark Connect is refused (`check_spark_target`). A driver maps in the
+class-data archive `hotswap stack fetch` dumped, when there is one (`archive_classes`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import structlog
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from hotswap.contract.settings import Settings
 from hotswap.executor.errors import SparkConnectUnsupported
-from hotswap.executor.spark_connector import connector_package, local_connector_jars
+from hotswap.executor.spark_connector import connector_package, local_connector_jars, pyspark_version
 
 log = structlog.get_logger(__name__)
 
@@ -52,7 +58,8 @@ _DEFAULT_CONF = {
 # A larger thread stack: Spark matches long Python tracebacks (a foreachBatch interrupted by
 # stop()) with a recursive regex that overflows the default 1 MB stack. The log4j2 configuration
 # is hotswap's (spark_log4j2 below), written under home.
-_DRIVER_JAVA_OPTIONS = "-XX:+UseSerialGC -Xss16m -Dlog4j2.configurationFile={log4j2}"
+_DRIVER_JVM = "-XX:+UseSerialGC -Xss16m"
+_DRIVER_JAVA_OPTIONS = _DRIVER_JVM + " -Dlog4j2.configurationFile={log4j2}"
 
 # The driver's log4j2 configuration, written at every start (spark_log4j2): Spark's console format
 # on stderr, at the level `spark_log_level` sets, except for
@@ -158,9 +165,13 @@ def spark_log_file(settings: Settings) -> Path:
 
 def session_conf(settings: Settings) -> dict[str, str]:
     """Every Spark conf the session is built with, settings' own last."""
+    java_options = _DRIVER_JAVA_OPTIONS.format(log4j2=log4j2_file(settings))
+    archive = class_archive(settings.jar_cache)
+    if archive.is_file():
+        java_options += f" -XX:SharedArchiveFile={archive}"
     return {
         **_DEFAULT_CONF,
-        "spark.driver.extraJavaOptions": _DRIVER_JAVA_OPTIONS.format(log4j2=log4j2_file(settings)),
+        "spark.driver.extraJavaOptions": java_options,
         **(_LOCAL_CONF if is_local_master(settings.spark_master) else {}),
         "spark.driver.memory": settings.spark_driver_memory,
         **connector_conf(settings),
@@ -200,3 +211,103 @@ def build_spark_session(settings: Settings) -> SparkSession:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(settings.spark_log_level.upper())
     return spark
+
+
+# -- the class-data archive ----------------------------------------------------------------------
+# A driver JVM spends most of its start loading Spark's classes. Java's class-data sharing maps in
+# the classes an earlier JVM dumped at its exit (-XX:ArchiveClassesAtExit, then -XX:SharedArchiveFile),
+# which halves a session's start on a 2-core machine (docs/performance.md): the time an executor
+# takes to come back after a crash or a restart. `hotswap stack fetch` dumps the archive once, in a
+# JVM of its own. Its name carries the pyspark version and the Java build; a Java that still cannot
+# use it (another class path, say) ignores it and starts as it would without.
+ARCHIVE_TIMEOUT_S = 600.0
+
+
+def class_archive(jar_cache: Path) -> Path:
+    """Where the archive of this pyspark and this Java is, or would be."""
+    return jar_cache / f"spark-classes-{pyspark_version()}-{_java_build()}.jsa"
+
+
+def _java_build() -> str:
+    """The java binary Spark's launcher runs (JAVA_HOME's, else the one on PATH), as a short digest."""
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if java is None or not Path(java).is_file():
+        return "no-java"
+    binary = Path(java).resolve()
+    stat = binary.stat()
+    return hashlib.sha256(f"{binary}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+
+
+def archive_classes(settings: Settings) -> Path | None:
+    """The class-data archive, dumped first if there is none; None (said in a warning) if Java could
+    not dump one: every driver then starts without it, as before."""
+    archive = class_archive(settings.jar_cache)
+    if archive.is_file():
+        return archive
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    # Dumped beside its final name and renamed once whole: a driver never maps half an archive.
+    partial = archive.with_name(f"{archive.name}.{os.getpid()}.partial")
+    started = time.monotonic()
+    command = [sys.executable, "-c", f"from {__name__} import _dump_classes; _dump_classes()", str(partial)]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=ARCHIVE_TIMEOUT_S, check=False)
+        failure = None if result.returncode == 0 else _last_line(result.stderr) or f"exit code {result.returncode}"
+    except subprocess.TimeoutExpired:
+        failure = f"no archive within {ARCHIVE_TIMEOUT_S:.0f}s"
+    if failure is None and partial.is_file() and partial.stat().st_size > 0:
+        partial.replace(archive)
+        log.info("spark.class_archive", path=str(archive), seconds=round(time.monotonic() - started, 1))
+        return archive
+    partial.unlink(missing_ok=True)
+    log.warning("spark.class_archive.skipped", reason=failure or "Java wrote no archive; drivers start without one")
+    return None
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+def _dump_classes() -> None:
+    """Run in a child process by archive_classes: start Spark as a driver does, run a batch and a
+    stateful streaming query through foreachBatch, and let the JVM write the classes it loaded."""
+    partial = Path(sys.argv[1])
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # The driver's own Java options (the archive holds classes for one GC), plus the dump.
+    java_options = f"{_DRIVER_JVM} -XX:ArchiveClassesAtExit={partial}"
+    builder = SparkSession.builder.master("local[1]").appName("hotswap-class-archive")
+    for key, value in {**_DEFAULT_CONF, **_LOCAL_CONF, "spark.driver.extraJavaOptions": java_options}.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    events = spark.range(1000).selectExpr("CAST(id % 3 AS STRING) AS key", "timestamp_millis(id * 100) AS ts")
+    events.groupBy(F.window("ts", "10 seconds"), "key").agg(F.count("*"), F.max("ts")).collect()
+    checkpoint = partial.with_name(partial.name + ".checkpoint")
+    stream = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", 50)
+        .load()
+        .withWatermark("timestamp", "1 second")
+        .groupBy(F.window("timestamp", "1 second"))
+        .count()
+    )
+
+    def count(frame: DataFrame, _batch: int) -> None:
+        frame.count()
+
+    query = (
+        stream.writeStream.outputMode("append")
+        .foreachBatch(count)
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+    query.processAllAvailable()
+    query.stop()
+    gateway = spark.sparkContext._gateway
+    spark.stop()
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    # The JVM writes the archive as it exits, which it does when its stdin closes: wait for it.
+    if gateway is not None and gateway.proc is not None:
+        gateway.proc.stdin.close()
+        gateway.proc.wait(timeout=ARCHIVE_TIMEOUT_S)

@@ -27,16 +27,22 @@ def stack_up(ctx: typer.Context) -> None:
 @stack_app.command("fetch")
 @operator_errors
 def stack_fetch(ctx: typer.Context) -> None:
-    """Fetch the embedded broker's and Spark's Kafka connector jars with Maven (once; later calls are instant).
+    """Fetch the embedded broker's and Spark's Kafka connector jars with Maven, and dump Spark's class-data
+    archive (once; later calls are instant).
 
     `run` uses the connector's jars when they are there, so a copy of the jars directory (HOTSWAP_JARS_DIR)
-    lets an offline machine run; without them Spark downloads the connector itself."""
+    lets an offline machine run; without them Spark downloads the connector itself. A driver that finds the
+    archive starts in about half the time (docs/performance.md)."""
+    from hotswap.executor.control.spark_session import archive_classes
     from hotswap.executor.stack import EmbeddedStack
 
-    stack = EmbeddedStack(ctx.obj.settings())
+    settings = ctx.obj.settings()
+    stack = EmbeddedStack(settings)
     typer.echo(f"kafka broker jars: {stack.kafka_jars()}")
     connector = stack.spark_connector_jars()
     typer.echo(f"spark connector jars: {len(connector)} in {connector[0].parent}")
+    archive = archive_classes(settings)
+    typer.echo(f"spark class-data archive: {archive or 'none (drivers start without one)'}")
 
 
 @stack_app.command("down")

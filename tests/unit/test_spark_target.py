@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from hotswap.contract.errors import ConfigError
 from hotswap.contract.settings import Settings, load_settings
 from hotswap.executor.control import spark_session
-from hotswap.executor.control.spark_session import check_spark_target, is_local_master, session_conf
+from hotswap.executor.control.spark_session import check_spark_target, class_archive, is_local_master, session_conf
 from hotswap.executor.errors import SparkConnectUnsupported
 from hotswap.executor.operator import cli, client
 
@@ -108,3 +108,14 @@ def test_the_driver_binds_to_loopback_only_in_local_mode() -> None:
     # An operator's own conf still wins, on a cluster as locally.
     pinned = session_conf(Settings(spark_master="spark://h:7077", spark_conf={"spark.driver.host": "10.0.0.9"}))
     assert pinned["spark.driver.host"] == "10.0.0.9"
+
+
+def test_a_driver_maps_in_the_class_data_archive_only_when_stack_fetch_dumped_one(tmp_path: Path) -> None:
+    settings = Settings(jars_dir=tmp_path)
+    assert "SharedArchiveFile" not in session_conf(settings)["spark.driver.extraJavaOptions"]
+    archive = class_archive(settings.jar_cache)
+    assert archive.parent == tmp_path
+    archive.write_bytes(b"classes")
+    options = session_conf(settings)["spark.driver.extraJavaOptions"]
+    assert f"-XX:SharedArchiveFile={archive}" in options
+    assert "-XX:+UseSerialGC" in options  # the archive is for the driver's own GC
