@@ -22,14 +22,25 @@ from pyspark.sql import SparkSession
 from benchmarks.common import settings_for
 from hotswap.contract.fence import fenced_write
 from hotswap.contract.journal import Also, Journal, SwapPhase, SwapRecord
-from hotswap.contract.models import CurrentQuery, GraphRecord, GraphState, QueryKind, QuerySource, ServiceState, now_ms
+from hotswap.contract.models import (
+    CurrentQuery,
+    GraphRecord,
+    GraphState,
+    QueryKind,
+    QuerySource,
+    ServiceState,
+    new_spark_query_id,
+    now_ms,
+)
 from hotswap.contract.names import Keys
 from hotswap.contract.ownership import OwnershipReader
 from hotswap.contract.settings import Settings
+from hotswap.contract.source import EventTimeKind, SourceSpec
 from hotswap.service_graph.frames import BatchStats
 from hotswap.service_graph.query import ServiceGraph
 
 WINDOW_MS = 10_000
+READS = SourceSpec(event_time_kind=EventTimeKind.EPOCH)  # the demo format the bench's load is written in
 # The legal path of a swap that completed (contract/phases.py), after `submitted`.
 _COMPLETED_PATH = (
     SwapPhase.VALIDATED,
@@ -47,7 +58,14 @@ _COMPLETED_PATH = (
 def _graph(query_id: str, number: int) -> GraphRecord:
     source = QuerySource(name=f"q{number}.sql", kind=QueryKind.SQL, text="SELECT 1")
     return GraphRecord(
-        query_id=query_id, source=source, window_ms=WINDOW_MS, topic=f"bench.{query_id}", state=GraphState.RUNNING
+        query_id=query_id,
+        source=source,
+        window_ms=WINDOW_MS,
+        slide_ms=WINDOW_MS,
+        topic=f"bench.{query_id}",
+        state=GraphState.RUNNING,
+        spark_query_id=new_spark_query_id(),
+        reads=READS,
     )
 
 

@@ -82,7 +82,7 @@ class SwapRecord(Record):
     buffer_from: int | None = None
     new_window_ms: int | None = None
     old_window_ms: int | None = None
-    # How often a window starts, recorded with the sizes (None: a record from before slides, tumbling).
+    # How often a window starts, recorded with each size (None while that size is).
     new_slide_ms: int | None = None
     old_slide_ms: int | None = None
     markers_written: bool = False

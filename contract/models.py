@@ -87,17 +87,17 @@ class GraphRecord(Record):
     created_at: int = Field(default_factory=now_ms)
     started_at: int | None = None
     retired_at: int | None = None
-    # The id Spark keeps in the graph's checkpoint, chosen before its first start; a checkpoint
-    # naming another id is never resumed (None: a record from before this field existed).
-    spark_query_id: str | None = None
+    # The id Spark keeps in the graph's checkpoint, chosen when the graph is recorded (before its
+    # first start); a checkpoint naming another id is never resumed.
+    spark_query_id: str
     # For a graph that took over a failed graph's topic: rows with event time before this were
     # the failed graph's, whose windows it emitted through here; they are skipped.
     start_after: int | None = None
     # How this version reads the source topic: the namespace's format and event time, with its own
-    # schema (None: a record from before schemas were declared, which reads the default one).
-    reads: SourceSpec | None = None
-    # How often a window starts (None: a record from before slides were recorded, tumbling).
-    slide_ms: int | None = None
+    # schema (the one it declared, else the one of the query it replaced).
+    reads: SourceSpec
+    # How often a window starts (window_ms for tumbling windows).
+    slide_ms: int
     # A shadow's graph: the results of windows it does not own (all of them until it is promoted)
     # go to this topic instead of being dropped (None: not a shadow).
     shadow_results_topic: str | None = None
@@ -109,7 +109,7 @@ class GraphRecord(Record):
 
     @property
     def windowing(self) -> Windowing:
-        return Windowing.of(self.window_ms, self.slide_ms)
+        return Windowing(self.window_ms, self.slide_ms)
 
     @property
     def reads_from(self) -> int | None:
@@ -146,8 +146,8 @@ class NamespaceRecord(Record):
     created_by: str
     at: int = Field(default_factory=now_ms)
     # How the service graph reads the source (format, event time): fixed for the namespace's life,
-    # so a replayed batch finds the same event times (None: a namespace from before it was recorded).
-    source: SourceSpec | None = None
+    # so a replayed batch finds the same event times.
+    source: SourceSpec
 
 
 class ExecutorRecord(Record):
@@ -225,21 +225,10 @@ class RoutingPlan(Record):
     late_before: int | None = None  # rows with event time before this are late
     ahead_after: int | None = None  # rows with event time after this are dead-lettered (max_time_jump)
     decided_at: int = Field(default_factory=now_ms)
-    # Every graph that receives data rows, and for which event times; empty in a plan written before
-    # destinations existed: then the target (and, during a cut, the old graph below W) receive them.
-    destinations: tuple[Destination, ...] = ()
-    # The schema the service graph checks each record against (the target version's; JSON only).
-    checked_schema: str | None = None
-
-    @property
-    def receivers(self) -> tuple[Destination, ...]:
-        if self.destinations:
-            return self.destinations
-        target = Destination(query_id=self.target_query, topic=self.target_topic)
-        if self.cut is None:
-            return (target,)
-        old = Destination(query_id=self.cut.old_query, topic=self.cut.old_topic, until=self.cut.boundary)
-        return (old, target.changed(since=self.cut.boundary))
+    # Every graph that receives data rows, and for which event times (the target, at least).
+    destinations: tuple[Destination, ...] = Field(min_length=1)
+    # The schema the service graph checks each record against: the target version's (a JSON source only).
+    checked_schema: str
 
 
 class GraphProgress(Record):

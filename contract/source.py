@@ -18,8 +18,8 @@ from pydantic import model_validator
 
 from hotswap.contract.frozen import Record
 
-# Today's demo format, and the default: existing namespaces and the generator read it unchanged. NOT
-# NULL: a record missing one of them is dead-lettered, as it always was (any DDL may say NOT NULL).
+# The generator's demo format, and the default. NOT NULL: a record missing one of them is
+# dead-lettered (any DDL may say NOT NULL).
 DEFAULT_SCHEMA = "key STRING NOT NULL, value DOUBLE NOT NULL, ts BIGINT NOT NULL"
 DEFAULT_EVENT_TIME = "ts"
 KAFKA_EVENT_TIME = "kafka"  # --event-time kafka: the Kafka record's own timestamp
@@ -132,7 +132,3 @@ class SourceSpec(Record):
         """What must never change in a namespace that has routed rows: how the service graph finds
         a record's event time and dead-letters it (a replayed batch must route as it first did)."""
         return self.changed(schema_ddl="", avro_reader_schema=None, event_time_kind=None)
-
-
-# How every record was read before sources were declared: a graph record without `reads` reads this.
-LEGACY_SOURCE = SourceSpec(event_time_kind=EventTimeKind.EPOCH)

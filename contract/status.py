@@ -189,10 +189,7 @@ class GraphStatus(StatusPart):
     started_at: int | None
     retired_at: int | None
     progress: ProgressStatus | None = Field(description="Null until the graph has reported a batch.")
-    source_schema: str | None = Field(
-        default=None,
-        description="The schema this version reads, as Spark DDL (null for a graph recorded before schemas).",
-    )
+    source_schema: str = Field(description="The schema this version reads, as Spark DDL.")
     routed_records: int = Field(default=0, ge=0, description="Source rows the service graph routed to it.")
     engine: GraphEngine = Field(
         default=GraphEngine.STATEFUL,
@@ -233,7 +230,9 @@ class Status(StatusPart):
         "poison_batch).",
     )
     source: str | None = Field(
-        default=None, description="How the service graph reads the source topic: format, schema and event time."
+        default=None,
+        description="How the service graph reads the source topic: format, schema and event time (null until the "
+        "namespace's first executor has started).",
     )
 
 

@@ -82,7 +82,7 @@ class Windowing:
 
     @classmethod
     def of(cls, size_ms: int, slide_ms: int | None = None) -> Windowing:
-        """From recorded values: no slide (a record from before slides were recorded) means tumbling."""
+        """A size and a slide; no slide: tumbling windows (the slide is the size)."""
         return cls(size_ms, size_ms if slide_ms is None else slide_ms)
 
     @property

@@ -40,7 +40,7 @@ from hotswap.contract.source import EVENT_TIME_COLUMN
 from hotswap.contract.windows import GRAPH_WATERMARK_DELAY_MS, Windowing
 from hotswap.execution_graph.checkpoint import CheckpointDir
 from hotswap.execution_graph.errors import GraphStateLost
-from hotswap.execution_graph.events import ROUTE, parsed_events, routed_rows, version_reads, without_skipped
+from hotswap.execution_graph.events import ROUTE, parsed_events, routed_rows, without_skipped
 from hotswap.execution_graph.user_query import QueryFunction
 
 log = structlog.get_logger(__name__)
@@ -278,7 +278,7 @@ class WindowCloser:
             keep.append(f"{EVENT_TIME_COLUMN} >= timestamp_millis({since})")
         data = routed_rows(without_skipped(raw, record.skipped)).where(" AND ".join(keep))
         events = (
-            parsed_events(spark, data, version_reads(record))
+            parsed_events(spark, data, record.reads)
             # A replayed service batch wrote its rows again: each source event is counted once.
             .dropDuplicates(["_hotswap_partition", "_hotswap_offset"])
             .drop("_hotswap_partition", "_hotswap_offset")

@@ -13,13 +13,12 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from hotswap.contract.models import GraphRecord, SkippedRows
+from hotswap.contract.models import SkippedRows
 from hotswap.contract.settings import Settings
 from hotswap.contract.source import (
     EVENT_TIME_COLUMN,
     KAFKA_KEY_COLUMN,
     KAFKA_TIMESTAMP_COLUMN,
-    LEGACY_SOURCE,
     AvroWire,
     SourceFormat,
     SourceSpec,
@@ -48,11 +47,6 @@ KAFKA_RECORD = T.StructType(
 # The route header's five fields, as an array of strings (contract/envelope.py): the only header a
 # graph row carries, so the first.
 ROUTE = "split(CAST(try_element_at(headers, 1).value AS STRING), ',')"
-
-
-def version_reads(record: GraphRecord) -> SourceSpec:
-    """How the graph's version reads the source (a record from before schemas: the demo format)."""
-    return record.reads or LEGACY_SOURCE
 
 
 def batch_events(spark: SparkSession, reads: SourceSpec) -> DataFrame:

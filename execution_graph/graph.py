@@ -31,12 +31,11 @@ from hotswap.contract.causes import first_line
 from hotswap.contract.lifecycle import BatchWatch, stall_text, stop_between_batches
 from hotswap.contract.models import GraphEngine, GraphRecord, SkippedRows
 from hotswap.contract.settings import Settings
-from hotswap.contract.source import SourceSpec
 from hotswap.execution_graph.checkpoint import CheckpointDir, CheckpointFiles
 from hotswap.execution_graph.closing import FAILED_FILE, WindowCloser, closing_state
 from hotswap.execution_graph.confinement import isolated_session
 from hotswap.execution_graph.errors import GraphStartFailed
-from hotswap.execution_graph.events import batch_events, events_stream, graph_topic_stream, version_reads
+from hotswap.execution_graph.events import batch_events, events_stream, graph_topic_stream
 from hotswap.execution_graph.user_query import apply_query, prepare_query
 
 __all__ = ["GraphRunner", "claim_checkpoint", "events_stream"]
@@ -53,12 +52,10 @@ def claim_checkpoint(files: CheckpointFiles, where: str, record: GraphRecord) ->
     missing. hotswap writes it first, whole or not at all (a temporary file, synced, then renamed),
     with the id chosen when the graph was recorded, so a checkpoint left from an earlier life of the
     namespace (one whose control state was lost) is refused instead of being resumed as if it
-    belonged to this graph. A metadata file that cannot be read (left by an older, non-atomic
-    write cut short) is written again when the checkpoint holds no batch yet, as nothing can have
-    used it; otherwise it is refused with its own advice.
+    belonged to this graph. A metadata file that cannot be read (damaged where it is stored) is
+    written again when the checkpoint holds no batch yet, as nothing can have used it; otherwise it
+    is refused with its own advice.
     """
-    if record.spark_query_id is None:
-        return
     text = files.read_text("metadata")
     if text is None:
         files.write_once("metadata", json.dumps({"id": record.spark_query_id}) + "\n")
@@ -105,11 +102,6 @@ class GraphRunner:
         self._watches: dict[str, BatchWatch] = {}  # each graph's batch in flight (batch_stall_timeout)
         self._stalls: dict[str, str] = {}  # graphs whose stalled batch was cancelled: why
 
-    @staticmethod
-    def reads(record: GraphRecord) -> SourceSpec:
-        """How the graph's version reads the source (a record from before schemas: the demo format)."""
-        return version_reads(record)
-
     def start(self, record: GraphRecord, writer: BatchWriter) -> StreamingQuery:
         """Start the graph's query now (or return it, if it runs), on the caller's thread."""
         with self._lock:
@@ -131,7 +123,7 @@ class GraphRunner:
             compute = prepare_query(record.source, tables)
             # Applied once now, to an empty batch: a query that no longer analyses fails its start, as a
             # stateful graph's does; then once for each batch that closes windows.
-            compute(batch_events(session, self.reads(record)))
+            compute(batch_events(session, record.reads))
             files = CheckpointDir(self._spark, str(checkpoint))
             closer = WindowCloser(self._settings, record, compute, writer, files)
             with self._lock:
@@ -144,7 +136,7 @@ class GraphRunner:
             )
         else:
             events = events_stream(
-                session, self._settings, record.topic, self.reads(record), record.reads_from, record.skipped
+                session, self._settings, record.topic, record.reads, record.reads_from, record.skipped
             )
             output = apply_query(events, record.source, tables)
             stream = (

@@ -71,7 +71,7 @@ def route_and_write(read: DataFrame, plan: RoutingPlan, settings: Settings, part
     the batch's statistics. `partitions`: how many partitions the source topic has."""
     routed = _classified(read, plan, settings)
     observation = Observation(OBSERVATION)
-    observed = routed.observe(observation, *_statistics(plan.receivers, partitions))
+    observed = routed.observe(observation, *_statistics(plan.destinations, partitions))
     (
         _for_kafka(observed, plan, settings)
         .write.format("kafka")
@@ -79,13 +79,13 @@ def route_and_write(read: DataFrame, plan: RoutingPlan, settings: Settings, part
         .mode("append")
         .save()
     )
-    stats = _stats(observation.get, plan.receivers, partitions)
+    stats = _stats(observation.get, plan.destinations, partitions)
     if stats.max_partition is not None and stats.max_partition >= partitions:
         # A partition added to the topic since the query started: count again, with it (a second job,
         # once). Spark reads the batch's offsets again; the rows are already written.
-        row = routed.agg(*_statistics(plan.receivers, stats.max_partition + 1)).first()
+        row = routed.agg(*_statistics(plan.destinations, stats.max_partition + 1)).first()
         assert row is not None
-        stats = _stats(row.asDict(), plan.receivers, stats.max_partition + 1)
+        stats = _stats(row.asDict(), plan.destinations, stats.max_partition + 1)
     return stats
 
 
@@ -94,7 +94,7 @@ def _with_constants(read: DataFrame, plan: RoutingPlan) -> DataFrame:
     `_since_i`, `_until_i`; an open bound is the smallest or largest long)."""
     values = [_bound(plan.late_before, LOWEST), _bound(plan.ahead_after, HIGHEST)]
     names = ["_late_before", "_ahead_after"]
-    for i, destination in enumerate(plan.receivers):
+    for i, destination in enumerate(plan.destinations):
         values += [_bound(destination.since, LOWEST), _bound(destination.until, HIGHEST)]
         names += [f"_since_{i}", f"_until_{i}"]
     return read.selectExpr("*", *(f"{_constant(value)} AS {name}" for name, value in zip(names, values, strict=True)))
@@ -117,7 +117,7 @@ def _classified(read: DataFrame, plan: RoutingPlan, settings: Settings) -> DataF
     ahead of the watermark gets its reason here. Keeps the plan's bounds as columns for what follows."""
     jump = sql_str(f"event time more than {format_duration_ms(settings.max_time_jump.ms)} ahead of the watermark")
     size = settings.window.ms
-    bounds = [f"_{side}_{i}" for i in range(len(plan.receivers)) for side in ("since", "until")]
+    bounds = [f"_{side}_{i}" for i in range(len(plan.destinations)) for side in ("since", "until")]
     return (
         _with_constants(read, plan)
         .selectExpr(
@@ -163,7 +163,7 @@ def _for_kafka(routed: DataFrame, plan: RoutingPlan, settings: Settings) -> Data
         "CAST(concat_ws('/', CAST(partition AS STRING), CAST(offset AS STRING)) AS BINARY)))"
     )
     headers = f"CASE WHEN route = 'dead_letter' THEN {dead_headers} ELSE {route_header} END AS headers"
-    receivers = plan.receivers
+    receivers = plan.destinations
     if len(receivers) == 1:
         topic = (
             f"CASE route WHEN 'dead_letter' THEN {sql_str(names.dead_letter_topic)} "

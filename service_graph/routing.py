@@ -159,7 +159,7 @@ def plan_batch(
         destinations=tuple(destinations),
         # Records are checked against the schema of the version rows after the cut go to: schemas
         # only change compatibly through a swap, so the newest one reads every field (README, "Your own topic").
-        checked_schema=target.reads.schema_ddl if target.reads is not None else None,
+        checked_schema=target.reads.schema_ddl,
     )
 
 
@@ -184,7 +184,7 @@ def graph_markers(plan: RoutingPlan, watermark: int | None) -> list[Marker]:
     if watermark is None:
         return []
     markers = []
-    for destination in plan.receivers:
+    for destination in plan.destinations:
         position = watermark - 1
         if destination.until is not None and watermark >= destination.until:
             # It receives nothing at or after `until` (W): its watermark stops there, which closes

@@ -1,4 +1,5 @@
-"""Shared test helpers: polling with a deadline (never bare sleeps), and the phases a completed swap went through."""
+"""Shared test helpers: polling with a deadline (never bare sleeps), the phases a completed swap went through, and
+the source the tests' graphs read."""
 
 from __future__ import annotations
 
@@ -6,7 +7,13 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from hotswap.contract.source import EventTimeKind, SourceSpec
+
 T = TypeVar("T")
+
+# The generator's demo format (every field of SourceSpec left at its default), resolved: its event time
+# `ts` counts milliseconds since the epoch. What a test's graph reads unless the test declares its own.
+DEMO_SOURCE = SourceSpec(event_time_kind=EventTimeKind.EPOCH)
 
 # Every phase of a swap that completes, in order: written out here, not read from the product's phase
 # table (contract/phases.py), so a test notices when that table changes.

@@ -36,7 +36,6 @@ from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.settings import Settings
 from hotswap.contract.source import SourceSpec
 from hotswap.execution_graph.errors import QueryRejected
-from hotswap.execution_graph.graph import GraphRunner
 from hotswap.execution_graph.validation import QueryShape
 from hotswap.executor.control.graphs import Graphs
 
@@ -211,7 +210,7 @@ class Admission:
     def _basis(self, swap: SwapRecord, swaps: list[SwapRecord]) -> Basis:
         from_query, grid_ms = self._predecessor(swap, swaps)
         predecessor = self._graphs.get(from_query) if from_query else None
-        reads = GraphRunner.reads(predecessor) if predecessor else self._graphs.namespace_source
+        reads = predecessor.reads if predecessor else self._graphs.namespace_source
         return Basis(from_query, grid_ms, reads)
 
     def _predecessor(self, swap: SwapRecord, swaps: list[SwapRecord]) -> tuple[str | None, int | None]:
@@ -224,7 +223,7 @@ class Admission:
             if earlier.id == swap.id:
                 break
             if earlier.state.is_in_flight:
-                query_id, grid_ms = earlier.to_query, earlier.new_slide_ms or earlier.new_window_ms
+                query_id, grid_ms = earlier.to_query, earlier.new_slide_ms
         if grid_ms is None and query_id is not None:
             record = self._graphs.get(query_id)
             grid_ms = record.windowing.grid_ms if record else None

@@ -94,16 +94,17 @@ class Executor:
     def run(self, initial: QuerySource | None, stop: threading.Event) -> None:
         """Run until `stop` is set; returns after stopping every query this executor started."""
         check_durability(self._redis, self.settings)
+        source = self._resolved_source()
         self._lease.acquire(self.settings.lease_wait.s)
         try:
-            claim(self._redis, self.settings, self._topics, self._lease.token)
+            claim(self._redis, self.settings, self._topics, self._lease.token, source)
         except Exception:
             self._lease.release()
             raise
         self._enter(ExecutorPhase.BOOTSTRAPPING)
         structlog.contextvars.bind_contextvars(namespace=self.settings.namespace)
         try:
-            self._bootstrap(initial)
+            self._bootstrap(initial, source)
             self._swaps = SwapProtocol(self.settings, self._redis, self.graphs, self.reporter, self._fence)
             self._enter(ExecutorPhase.RUNNING)
             self.ready.set()
@@ -154,9 +155,9 @@ class Executor:
         self._retention.sweep_due()
         self._journal_seen.note(int(self._redis.get(self._keys.journal_version) or 0))
 
-    def _bootstrap(self, initial: QuerySource | None) -> None:
+    def _bootstrap(self, initial: QuerySource | None, source: SourceSpec) -> None:
         settings = self.settings
-        source = self._source()
+        self._check_source(source)
         partitions = self._topics.partitions(settings.source_topic)
         if partitions is None:
             self._topics.ensure(settings.source_topic, settings.source_partitions)
@@ -187,31 +188,29 @@ class Executor:
             self._resume(current.query_id, journal.open(), records)
         self.service.start(source)
 
-    def _source(self) -> SourceSpec:
-        """The namespace's source, resolved against Spark, and the same as the namespace has always
-        read: how the service graph finds a record's event time must never change under a namespace
-        that has routed rows (a replayed batch would route differently)."""
+    def _resolved_source(self) -> SourceSpec:
+        """The namespace's source as its settings declare it, resolved against Spark."""
         try:
-            source = resolve(self._spark, self.settings.source_spec())
+            return resolve(self._spark, self.settings.source_spec())
         except SchemaRefused as exc:
             raise ConfigError(f"the source cannot be read as declared: {exc}") from exc
+
+    def _check_source(self, source: SourceSpec) -> None:
+        """Refuse a source other than the one the namespace recorded when it was first claimed: how
+        the service graph finds a record's event time must never change under a namespace that has
+        routed rows (a replayed batch would route differently)."""
         raw = self._redis.get(self._keys.namespace_record)
-        record = NamespaceRecord.model_validate_json(raw) if raw else None
-        if record is not None and record.source is not None:
-            if record.source.reading_identity() != source.reading_identity():
-                raise ConfigError(
-                    f"namespace {self.settings.namespace!r} reads its source as ({record.source.describe()}), "
-                    f"not as ({source.describe()}); a namespace keeps how it reads event time for its life: run "
-                    "with the flags it was started with, or start a new namespace (--namespace)"
-                )
-        elif record is not None:
-            updated = record.changed(source=source)
-            fenced_write(
-                self._redis, self._fence, lambda pipe: pipe.set(self._keys.namespace_record, updated.model_dump_json())
+        if raw is None:
+            raise self._fence.control_state_lost()
+        recorded = NamespaceRecord.model_validate_json(raw).source
+        if recorded.reading_identity() != source.reading_identity():
+            raise ConfigError(
+                f"namespace {self.settings.namespace!r} reads its source as ({recorded.describe()}), "
+                f"not as ({source.describe()}); a namespace keeps how it reads event time for its life: run "
+                "with the flags it was started with, or start a new namespace (--namespace)"
             )
         self.graphs.namespace_source = source
         log.info("source", topic=self.settings.source_topic, reads=source.describe())
-        return source
 
     def _resume(self, current: str, swaps: list[SwapRecord], records: dict[str, GraphRecord]) -> None:
         """Start again the graphs that serve: the current one, and each open swap's graphs, except

@@ -30,7 +30,7 @@ from hotswap.contract.records import read_current, read_graphs, read_service_sta
 from hotswap.contract.settings import Settings
 from hotswap.contract.windows import Windowing, cut_boundary
 from hotswap.execution_graph.errors import QueryRejected
-from hotswap.execution_graph.graph import GraphRunner, events_stream
+from hotswap.execution_graph.graph import events_stream
 from hotswap.executor.control.admission import on_own_thread
 from hotswap.executor.control.graphs import Graphs
 
@@ -156,7 +156,7 @@ class DryRuns:
         previous = graphs.get(replaces) if replaces else None
         try:
             reads = self._graphs.version_reads(
-                request.source, GraphRunner.reads(previous) if previous else self._graphs.namespace_source
+                request.source, previous.reads if previous else self._graphs.namespace_source
             )
             stream = events_stream(self._spark, self._settings, self._settings.names.graph_topic("validation"), reads)
             base = base.changed(schema_ddl=schema_ddl(stream.schema))

@@ -27,7 +27,7 @@ from hotswap.contract.ownership import OwnershipReader
 from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.records import read_current, read_graphs, read_graphs_named
 from hotswap.contract.settings import Settings
-from hotswap.contract.source import LEGACY_SOURCE, SourceFormat, SourceSpec
+from hotswap.contract.source import SourceFormat, SourceSpec
 from hotswap.execution_graph.confinement import check_kind, check_size, isolated_session
 from hotswap.execution_graph.errors import QueryRejected
 from hotswap.execution_graph.events import batch_events
@@ -36,6 +36,7 @@ from hotswap.execution_graph.poison import dead_letter_rows
 from hotswap.execution_graph.schemas import check_version
 from hotswap.execution_graph.validation import QueryShape, validate_query
 from hotswap.executor.control.topics import Topics
+from hotswap.executor.errors import ExecutorError
 from hotswap.service_sink.results import ResultWriter
 
 log = structlog.get_logger(__name__)
@@ -62,9 +63,7 @@ class Graphs:
         self._topics = topics
         self.runner = GraphRunner(spark, settings)
         self._restarts: dict[str, RestartBudget] = {}
-        # The namespace's resolved source (set when the executor starts): what a query reads unless
-        # it or its predecessor declares its own schema.
-        self.namespace_source: SourceSpec = LEGACY_SOURCE
+        self._namespace_source: SourceSpec | None = None  # set when the executor starts (namespace_source)
         # The source topic's partitions when the executor started: a closing graph's topic has as
         # many unless `graph_partitions` says otherwise.
         self.source_partitions: int = settings.source_partitions
@@ -74,6 +73,20 @@ class Graphs:
         self._stopping: dict[str, threading.Thread] = {}  # retiring graphs whose query is being stopped
         self.stop_wait_s = STOP_WAIT_S
         self._error_budgets: dict[str, tuple[int, float]] = {}
+
+    @property
+    def namespace_source(self) -> SourceSpec:
+        """The namespace's resolved source, set when the executor starts: what a query reads unless
+        it or its predecessor declares its own schema."""
+        if self._namespace_source is None:
+            raise ExecutorError(
+                "the namespace's source was not read before a query needed it; this is a bug in hotswap"
+            )
+        return self._namespace_source
+
+    @namespace_source.setter
+    def namespace_source(self, source: SourceSpec) -> None:
+        self._namespace_source = source
 
     # -- records ---------------------------------------------------------------------------
     def records(self) -> dict[str, GraphRecord]:

@@ -26,6 +26,7 @@ from hotswap.contract.errors import ControlStateLost, LeaseLost, TimeoutExpired
 from hotswap.contract.models import NamespaceRecord
 from hotswap.contract.names import Keys
 from hotswap.contract.settings import Settings
+from hotswap.contract.source import SourceSpec
 from hotswap.executor.control.topics import Topics
 
 log = structlog.get_logger(__name__)
@@ -97,22 +98,28 @@ class JournalSeen:
         self._written = held
 
 
-def claim(client: redis.Redis, settings: Settings, topics: Topics, holder: str) -> None:
-    """Make sure the namespace has its record, or refuse to start if its control state was lost."""
+def claim(client: redis.Redis, settings: Settings, topics: Topics, holder: str, source: SourceSpec) -> None:
+    """Make sure the namespace has its record (a new namespace's records how it reads `source`), or
+    refuse to start if its control state was lost."""
     keys = Keys(settings.namespace)
     if client.exists(keys.namespace_record):
         JournalSeen(settings).check(client, keys)
         return
-    # A namespace from before records existed still has its journal: it only gets its record now.
-    if not has_control_state(client, keys):
-        found = leftovers(settings, topics)
-        if found:
-            raise ControlStateLost(
-                f"namespace {settings.namespace!r} has {' and '.join(found)}, but Redis holds no control state for "
-                "it (flushed, or an empty Redis); nothing was started. To start the namespace over from the source "
-                "topic's first offset, run `hotswap run --reset-namespace --query FILE`"
-            )
-    client.set(keys.namespace_record, NamespaceRecord(created_by=holder).model_dump_json(), nx=True)
+    if has_control_state(client, keys):
+        raise ControlStateLost(
+            f"Redis holds control state for namespace {settings.namespace!r} but not its record (a key was deleted, "
+            "or Redis lost acknowledged writes); nothing was started. Bring back the Redis that has it, or start "
+            "over with `hotswap run --reset-namespace --query FILE`"
+        )
+    found = leftovers(settings, topics)
+    if found:
+        raise ControlStateLost(
+            f"namespace {settings.namespace!r} has {' and '.join(found)}, but Redis holds no control state for "
+            "it (flushed, or an empty Redis); nothing was started. To start the namespace over from the source "
+            "topic's first offset, run `hotswap run --reset-namespace --query FILE`"
+        )
+    record = NamespaceRecord(created_by=holder, source=source)
+    client.set(keys.namespace_record, record.model_dump_json(), nx=True)
 
 
 def reset(client: redis.Redis, settings: Settings, topics: Topics, lease_token: str) -> list[str]:

@@ -61,7 +61,6 @@ from hotswap.contract.status import (
     Status,
     SwapStatus,
 )
-from hotswap.contract.windows import Windowing
 from hotswap.execution_graph.source import load_query_source
 from hotswap.executor.control.recovery import new_swap_id, rollback_swap
 from hotswap.executor.control.waits import start_blocker, waiting_for
@@ -500,7 +499,7 @@ class Client:
                     started_at=g.started_at,
                     retired_at=g.retired_at,
                     progress=_progress_status(progress[query_id]),
-                    source_schema=g.reads.schema_ddl if g.reads else None,
+                    source_schema=g.reads.schema_ddl,
                     routed_records=counters.get(f"{ROUTED}{query_id}", 0),
                     engine=g.engine,
                     partitions=g.partitions,
@@ -515,7 +514,7 @@ class Client:
             dead_letters={
                 name.removeprefix(DEAD_LETTER): n for name, n in counters.items() if name.startswith(DEAD_LETTER)
             },
-            source=namespace.source.describe() if namespace and namespace.source else None,
+            source=namespace.source.describe() if namespace else None,
         )
 
     # -- what the live view, history and dry runs read (issue 20) ------------------------------
@@ -650,8 +649,8 @@ def _swap_status(
         cut_batch=swap.cut_batch,
         old_window_ms=swap.old_window_ms,
         new_window_ms=swap.new_window_ms,
-        old_slide_ms=_slide(swap.old_window_ms, swap.old_slide_ms),
-        new_slide_ms=_slide(swap.new_window_ms, swap.new_slide_ms),
+        old_slide_ms=swap.old_slide_ms,
+        new_slide_ms=swap.new_slide_ms,
         phases=[PhaseStatus(name=p.name, at=p.at) for p in swap.phases],
         error=swap.error,
         reason_code=swap.reason_code,
@@ -667,11 +666,6 @@ def _swap_status(
         diff=diff,
         note=note,
     )
-
-
-def _slide(window_ms: int | None, slide_ms: int | None) -> int | None:
-    """A recorded slide, or the size for a record from before slides (tumbling); None while unknown."""
-    return None if window_ms is None else Windowing.of(window_ms, slide_ms).slide_ms
 
 
 def _progress_status(progress: GraphProgress | None) -> ProgressStatus | None:

@@ -17,7 +17,7 @@ from hotswap.contract.journal import SwapPhase
 from hotswap.contract.status import SwapStatus
 from hotswap.contract.windows import format_duration_ms
 from hotswap.executor.operator.history import swap_history
-from hotswap.executor.operator.observe import Rates, Snapshot, query_schema
+from hotswap.executor.operator.observe import Rates, Snapshot
 from hotswap.executor.operator.render import diff_line
 
 SWAPS_SHOWN = 6
@@ -99,13 +99,12 @@ def _current(snap: Snapshot) -> str:
     record = snap.current_record()
     if record is None:
         return "<section><h2>Current query</h2><p class='muted'>no query yet</p></section>"
-    schema = query_schema(record, snap.default_schema)
     return (
         f"<section><h2>Current query: {escape(record.query_id)}</h2>"
         f"<div class='muted'>{escape(str(record.source.kind))} · {format_duration_ms(record.window_ms)} windows · "
         f"groups {escape(', '.join(record.group_columns) or '-')} · since {clock(record.started_at)}</div>"
         f"<pre>{escape(record.source.text.strip())}</pre>"
-        f"<div><b>schema it reads</b></div><pre>{escape(schema or 'unknown')}</pre></section>"
+        f"<div><b>schema it reads</b></div><pre>{escape(record.reads.schema_ddl)}</pre></section>"
     )
 
 

@@ -40,8 +40,6 @@ class Snapshot:
     backlog: dict[str, int] = field(default_factory=dict)
     # Records in the results topic (the sum of its end offsets), when Kafka was read.
     results_written: int | None = None
-    # The schema a query reads when its record does not say (the executor's `events` schema).
-    default_schema: str | None = None
 
     def per_query(self, prefix: str) -> dict[str, int]:
         return {k.removeprefix(prefix): v for k, v in self.counters.items() if k.startswith(prefix)}
@@ -119,13 +117,6 @@ class RateWindow:
         return rates(oldest, snap)
 
 
-def query_schema(record: GraphRecord | None, default: str | None = None) -> str | None:
-    """The schema a graph's query reads (its version's, as DDL), else `default`."""
-    if record is None or record.reads is None:
-        return default
-    return record.reads.schema_ddl
-
-
 @dataclass(frozen=True)
 class Positions:
     backlog: dict[str, int]
@@ -165,7 +156,7 @@ class KafkaPositions:
             self._consumer = None
 
 
-def take_snapshot(client: Client, kafka: KafkaPositions | None = None, default_schema: str | None = None) -> Snapshot:
+def take_snapshot(client: Client, kafka: KafkaPositions | None = None) -> Snapshot:
     status = client.status()
     graphs = client.graph_records()
     positions = None
@@ -182,5 +173,4 @@ def take_snapshot(client: Client, kafka: KafkaPositions | None = None, default_s
         taken_s=time.monotonic(),
         backlog=positions.backlog if positions else {},
         results_written=positions.results_written if positions else None,
-        default_schema=default_schema,
     )

@@ -40,10 +40,9 @@ class Observer:
     """Snapshots of the control state, shared by the pages and the metrics, with the rates between
     the last two (kept only to compute rates: the truth stays in Redis)."""
 
-    def __init__(self, client: Client, kafka: KafkaPositions | None = None, default_schema: str | None = None) -> None:
+    def __init__(self, client: Client, kafka: KafkaPositions | None = None) -> None:
         self._client = client
         self._kafka = kafka
-        self._default_schema = default_schema
         self._lock = threading.Lock()
         self._latest: Snapshot | None = None
         self._window = RateWindow()
@@ -54,7 +53,7 @@ class Observer:
             latest = self._latest
             if latest is not None and time.monotonic() - latest.taken_s < SNAPSHOT_MAX_AGE_S:
                 return latest
-            fresh = take_snapshot(self._client, self._kafka, self._default_schema)
+            fresh = take_snapshot(self._client, self._kafka)
             self._rates = self._window.add(fresh)
             self._latest = fresh
             return fresh
@@ -126,13 +125,12 @@ class MonitorServer:
         lease: LeaseCounts | None = None,
         queries: Callable[[], Iterable[QueryProgress]] | None = None,
         kafka: KafkaPositions | None = None,
-        default_schema: str | None = None,
     ) -> None:
         assert settings.metrics_port is not None
         self._settings = settings
         self.gate = Gate.for_settings(settings)
         self._kafka = kafka
-        self.observer = Observer(client, kafka, default_schema)
+        self.observer = Observer(client, kafka)
         self.registry, self._durations = metrics_registry(
             self.observer.snapshot, lease, queries, settings.names.owned_topic_prefix
         )
@@ -252,5 +250,4 @@ def start_monitor(settings: Settings, executor: Executor) -> MonitorServer:
         lease=executor.lease,
         queries=spark_queries(executor),
         kafka=KafkaPositions(settings),
-        default_schema=settings.source_spec().schema_ddl,
     ).start()

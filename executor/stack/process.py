@@ -98,7 +98,7 @@ class ProcessState:
                 log.warning("stack.state_entry_unknown", service=name, path=str(self.path))
                 continue
             proc = Proc.from_json(raw[name])
-            if proc is None:  # say, written by an older hotswap: we cannot tell whether that pid is ours
+            if proc is None:  # say, edited by hand: we cannot tell whether that pid is ours
                 log.warning("stack.state_entry_unreadable", service=name, path=str(self.path), entry=raw[name])
             else:
                 state[name] = proc

@@ -27,6 +27,7 @@ from hotswap.contract.models import (
     QuerySource,
     ServiceState,
     SkippedRows,
+    new_spark_query_id,
 )
 from hotswap.contract.names import Keys
 from hotswap.contract.records import read_service_state
@@ -44,6 +45,7 @@ from hotswap.executor.operator.client import Client
 from hotswap.service_graph.kafka_io import MarkerWriter, SourceOffsets
 from hotswap.service_graph.query import ServiceGraph
 from hotswap.service_graph.routing import Marker
+from tests.conftest import DEMO_SOURCE
 
 # Never touched: the parts of Graphs that need Spark (validation, the runner) are faked below.
 NO_SPARK = cast(SparkSession, None)
@@ -88,6 +90,19 @@ def query(name: str, window_ms: int = 10_000, slide_ms: int | None = None) -> Qu
     tumbling)."""
     text = str(window_ms) if slide_ms is None else f"{window_ms}/{slide_ms}"
     return QuerySource(name=name, kind=QueryKind.SQL, text=text)
+
+
+def graph_record(name: str, window_ms: int, topic: str) -> GraphRecord:
+    """The record of a graph of `query(name, window_ms)` (tumbling), as the executor writes it."""
+    return GraphRecord(
+        query_id=name,
+        source=query(name, window_ms),
+        window_ms=window_ms,
+        slide_ms=window_ms,
+        topic=topic,
+        spark_query_id=new_spark_query_id(),
+        reads=DEMO_SOURCE,
+    )
 
 
 class FakeRunner:
@@ -215,6 +230,7 @@ class SparklessGraphs(Graphs):
         self.fake_runner = FakeRunner()
         self.fake_topics = FakeTopics()
         super().__init__(NO_SPARK, settings, client, cast(Topics, self.fake_topics), clock=clock)
+        self.namespace_source = DEMO_SOURCE  # as the executor sets it when it starts
         self.runner = self.fake_runner  # type: ignore[assignment]  # structurally the part of GraphRunner used
         self.validated: list[str] = []
         self.refuse: dict[str, str] = {}  # query name -> the one-line reason validation gives
@@ -316,12 +332,7 @@ class World:
 
     def serve(self, name: str, window_ms: int = 10_000) -> GraphRecord:
         """`hotswap run --query`: the namespace's first query, running and current."""
-        record = GraphRecord(
-            query_id=name,
-            source=query(name, window_ms),
-            window_ms=window_ms,
-            topic=self.settings.names.graph_topic(name),
-        )
+        record = graph_record(name, window_ms, self.settings.names.graph_topic(name))
         return self.graphs.deploy_first(record, clock=self.clock)
 
     def operator(self) -> Client:

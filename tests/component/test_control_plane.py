@@ -15,7 +15,7 @@ from hotswap.contract.status import OwnerStatus
 from hotswap.executor.control.transient import TransientErrorsPersisted, retry_transient
 from hotswap.executor.control.waits import graphs_to_start, start_blocker, waiting_for
 from hotswap.executor.operator.client import window_owners
-from tests.component.fakes import RacingRedis, World, query
+from tests.component.fakes import RacingRedis, World, graph_record, query
 
 pytestmark = pytest.mark.component
 
@@ -24,9 +24,7 @@ KEYS = Keys("component")
 
 
 def graph(world: World, name: str, window_ms: int) -> GraphRecord:
-    return GraphRecord(
-        query_id=name, source=query(name, window_ms), window_ms=window_ms, topic=world.settings.names.graph_topic(name)
-    )
+    return graph_record(name, window_ms, world.settings.names.graph_topic(name))
 
 
 def test_a_queued_swap_replaces_whatever_serves_when_its_turn_comes(world: World) -> None:

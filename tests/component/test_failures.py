@@ -37,7 +37,7 @@ from hotswap.contract.errors import ControlStateLost, LeaseLost
 from hotswap.contract.fence import Fence
 from hotswap.contract.journal import SwapPhase, SwapRecord
 from hotswap.contract.lifecycle import HEALTHY_RESET_S
-from hotswap.contract.models import GraphRecord, GraphState
+from hotswap.contract.models import GraphState
 from hotswap.contract.names import Keys
 from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.settings import Settings
@@ -48,7 +48,7 @@ from hotswap.executor.control.transient import TransientErrorsPersisted, is_tran
 from hotswap.executor.errors import ExecutorError, LeaseHeld, SwapFailed
 from hotswap.service_graph.errors import ServiceGraphError
 from hotswap.service_graph.query import ServiceGraph
-from tests.component.fakes import NO_SPARK, ManualClock, World, query
+from tests.component.fakes import NO_SPARK, ManualClock, World, graph_record
 
 pytestmark = pytest.mark.component
 
@@ -404,7 +404,7 @@ def test_transient_failures_in_a_tick_are_retried_by_the_executor_loop(world: Wo
     gave_up = raised(lambda: retry_transient(broker_down, "creating topic t", 10, clock=clock, sleep=clock.sleep))
     assert isinstance(gave_up, TransientErrorsPersisted)
     world.graphs.fake_runner.start_fails["b"] = "Kafka source not ready"
-    record = GraphRecord(query_id="b", source=query("b"), window_ms=10_000, topic="t.b")
+    record = graph_record("b", 10_000, "t.b")
     not_started = raised(lambda: world.graphs.deploy_first(record))
     assert isinstance(not_started, GraphStartFailed)
     redis_down = redis.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")

@@ -16,6 +16,7 @@ from hotswap.contract.settings import Settings
 from hotswap.executor.control.namespace import JournalSeen, claim
 from hotswap.executor.control.topics import Topics
 from tests.component.fakes import FakeTopics
+from tests.conftest import DEMO_SOURCE
 
 pytestmark = pytest.mark.component
 
@@ -24,7 +25,7 @@ def namespace(tmp_path: Path, journal_version: int) -> tuple[Settings, fakeredis
     settings = Settings(namespace="seen", home=tmp_path)
     keys = Keys(settings.namespace)
     client = fakeredis.FakeRedis()
-    client.set(keys.namespace_record, NamespaceRecord(created_by="earlier").model_dump_json())
+    client.set(keys.namespace_record, NamespaceRecord(created_by="earlier", source=DEMO_SOURCE).model_dump_json())
     client.set(keys.journal_version, journal_version)
     return settings, client, keys
 
@@ -33,13 +34,13 @@ def test_a_redis_whose_journal_is_older_than_the_checkpoints_have_seen_is_refuse
     settings, client, _ = namespace(tmp_path, journal_version=5)
     JournalSeen(settings).note(9)  # an executor saw 9 writes, then Redis came back from an older snapshot
     with pytest.raises(ControlStateLost, match=r"Redis holds version 5 .* its checkpoints have seen version 9"):
-        claim(client, settings, cast(Topics, FakeTopics()), "me")
+        claim(client, settings, cast(Topics, FakeTopics()), "me", DEMO_SOURCE)
 
 
 def test_a_redis_that_kept_every_write_is_taken_and_later_versions_are_noted(tmp_path: Path) -> None:
     settings, client, _ = namespace(tmp_path, journal_version=9)
     JournalSeen(settings).note(9)
-    claim(client, settings, cast(Topics, FakeTopics()), "me")
+    claim(client, settings, cast(Topics, FakeTopics()), "me", DEMO_SOURCE)
     seen = JournalSeen(settings)
     seen.note(12)
     seen.note(11)  # never backwards
@@ -49,5 +50,5 @@ def test_a_redis_that_kept_every_write_is_taken_and_later_versions_are_noted(tmp
 
 def test_a_namespace_without_the_file_is_taken(tmp_path: Path) -> None:
     settings, client, _ = namespace(tmp_path, journal_version=3)
-    claim(client, settings, cast(Topics, FakeTopics()), "me")
+    claim(client, settings, cast(Topics, FakeTopics()), "me", DEMO_SOURCE)
     assert JournalSeen(settings).read() is None

@@ -32,7 +32,7 @@ def plan(world: World) -> list[tuple[str, int | None, int | None]]:
         1, state, graphs.get(current.query_id) if current else None, routing_swap(swaps), graphs,
         shadow=shadowing_swap(swaps),
     )  # fmt: skip
-    return [(d.query_id, d.since, d.until) for d in routed.receivers]
+    return [(d.query_id, d.since, d.until) for d in routed.destinations]
 
 
 def test_a_shadow_starts_at_s_and_receives_every_row_beside_the_current_query(world: World) -> None:

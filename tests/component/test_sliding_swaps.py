@@ -102,7 +102,7 @@ def test_a_swap_away_from_a_sliding_query_with_auto_rollback_keeps_what_its_roll
     assert cut.buffer_from == 60_000
     swaps = world.journal.open()
     plan = world.service._next_plan(1, read_service_state(world.client, world.keys), swaps)
-    receivers = {d.query_id: d for d in plan.receivers}
+    receivers = {d.query_id: d for d in plan.destinations}
     assert receivers["p"].since == 60_000  # the rows s's windows after W need go to p's topic too
 
     world.watermark_passes_cut("p")

@@ -24,7 +24,7 @@ from hotswap.executor.operator.client import Client
 from hotswap.executor.tools.generator import GeneratorSpec
 from hotswap.service_sink.audit import read_results
 from hotswap.service_sink.results import ResultWriter
-from tests.conftest import wait_until
+from tests.conftest import DEMO_SOURCE, wait_until
 from tests.integration.harness import REPO, ExecutorProcess, changed, committed_watermark, continuous_load
 from tests.integration.oracle import Version, assert_invariants, count_and_total, settle
 
@@ -87,9 +87,11 @@ def test_four_partitions_one_skewed_one_empty_under_a_row_cap_close_no_window_ea
         query_id="skewed",
         source=QuerySource(name="skewed", kind=QueryKind.SQL, text=COUNT_SQL),
         window_ms=10_000,
+        slide_ms=10_000,
         topic=topic,
         group_columns=("key",),
         spark_query_id=new_spark_query_id(),
+        reads=DEMO_SOURCE,
         engine=GraphEngine.CLOSING,
         partitions=4,
     )

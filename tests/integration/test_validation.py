@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from hotswap.contract.envelope import ROUTE_HEADER, marker_route
 from hotswap.contract.models import GraphEngine, QueryKind, QuerySource
 from hotswap.contract.settings import Settings, StaticTable
-from hotswap.contract.source import LEGACY_SOURCE, SourceSpec
+from hotswap.contract.source import SourceSpec
 from hotswap.contract.windows import marker_event_time
 from hotswap.execution_graph.confinement import isolated_session
 from hotswap.execution_graph.errors import QueryRejected
@@ -29,6 +29,7 @@ from hotswap.execution_graph.source import load_query_source
 from hotswap.execution_graph.user_query import apply_query
 from hotswap.execution_graph.validation import QueryShape, validate_query
 from hotswap.executor.control.topics import Topics
+from tests.conftest import DEMO_SOURCE
 from tests.integration.conftest import Services
 from tests.integration.harness import JARS, QUERIES, REPO
 
@@ -44,7 +45,7 @@ WINDOW = "SELECT window.start AS window_start, window.end AS window_end"
 @pytest.fixture(scope="module")
 def events(spark: SparkSession, services: Services) -> DataFrame:
     settings = Settings(jars_dir=JARS, kafka_bootstrap=services.bootstrap)
-    return events_stream(spark, settings, settings.names.graph_topic("validation"), LEGACY_SOURCE)
+    return events_stream(spark, settings, settings.names.graph_topic("validation"), DEMO_SOURCE)
 
 
 def validate(spark: SparkSession, events: DataFrame, source: QuerySource) -> QueryShape:
@@ -234,7 +235,7 @@ def test_every_valid_query_runs_on_a_stream(spark: SparkSession, services: Servi
     producer.send(topic, value=b"", headers=[(ROUTE_HEADER, marker_route(marker_event_time(T0 + 3 * 3_600_000)))])
     producer.flush(timeout=30)
     producer.close(timeout=10)
-    stream = events_stream(spark, settings, topic, LEGACY_SOURCE)
+    stream = events_stream(spark, settings, topic, DEMO_SOURCE)
     queries = [
         apply_query(stream, param.values[0])  # type: ignore[arg-type]  # pytest.param values are untyped
         .writeStream.format("noop")
@@ -291,7 +292,7 @@ def test_every_example_validates_on_each_engine_that_runs_it(
 ) -> None:
     """Over the `events` each engine gives a query (a stream for the stateful one, a batch for the
     closing one), of the schema the example reads, as the replacement of count_per_key.sql."""
-    reads = LEGACY_SOURCE
+    reads = DEMO_SOURCE
     if example.schema is not None:
         ddl = (EXAMPLES / example.schema).read_text().strip()
         reads = resolve(spark, SourceSpec(schema_ddl=ddl, event_time="created_at"))
@@ -325,7 +326,7 @@ def test_the_closing_engine_accepts_per_window_sql_the_stateful_engine_refuses(
     spark: SparkSession, events: DataFrame, name: str, groups: tuple[str, ...], refused_for: str | None
 ) -> None:
     source = load_query_source(EXAMPLES / name)
-    shape = validate(spark, batch_events(spark, LEGACY_SOURCE), source)
+    shape = validate(spark, batch_events(spark, DEMO_SOURCE), source)
     assert (shape.window_ms, shape.windowing.slide_ms, shape.group_columns) == (10_000, 10_000, groups)
     if refused_for is None:
         return
@@ -643,7 +644,7 @@ def test_a_query_that_reads_outside_its_input_or_reflects_is_refused(
     text = source.text.replace("{secret}", str(secret)).replace("{path}", str(secret))
     session = isolated_session(spark, {})
     settings = Settings(jars_dir=JARS, kafka_bootstrap=services.bootstrap)
-    stream = events_stream(session, settings, settings.names.graph_topic("validation"), LEGACY_SOURCE)
+    stream = events_stream(session, settings, settings.names.graph_topic("validation"), DEMO_SOURCE)
     with pytest.raises(QueryRejected) as refused:
         validate_query(session, source.model_copy(update={"text": text}), stream, RUNNING_WINDOW_MS)
     assert refused.value.reason_code == code, str(refused.value)
@@ -662,7 +663,7 @@ def test_a_query_reads_the_static_tables_the_operator_lists_and_sees_nothing_of_
     tables = {"regions": StaticTable(path=str(keys))}
     session = isolated_session(spark, tables)
     settings = Settings(jars_dir=JARS, kafka_bootstrap=services.bootstrap)
-    stream = events_stream(session, settings, settings.names.graph_topic("validation"), LEGACY_SOURCE)
+    stream = events_stream(session, settings, settings.names.graph_topic("validation"), DEMO_SOURCE)
     lookup = sql(f"{WINDOW}, r.region, count(*) AS n FROM events JOIN regions r USING (key) {GROUPED}, r.region")
     shape = validate_query(session, lookup, stream, RUNNING_WINDOW_MS, tuple(tables))
     assert shape.group_columns == ("region",)

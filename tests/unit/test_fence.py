@@ -16,13 +16,14 @@ import redis
 from hotswap.contract.errors import ControlStateLost, LeaseLost
 from hotswap.contract.fence import Batch, Fence, fenced_write, write
 from hotswap.contract.journal import Also, IllegalTransition, Journal, SwapPhase, SwapRecord
-from hotswap.contract.models import GraphRecord, QueryKind, QuerySource, new_spark_query_id
+from hotswap.contract.models import GraphRecord, NamespaceRecord, QueryKind, QuerySource, new_spark_query_id
 from hotswap.contract.names import Keys
 from hotswap.contract.settings import Settings
 from hotswap.execution_graph.errors import GraphStartFailed
 from hotswap.execution_graph.graph import claim_checkpoint
 from hotswap.executor.control.lease import Lease, holder_is_dead, process_space
 from hotswap.executor.control.namespace import claim, reset
+from tests.conftest import DEMO_SOURCE
 
 KEYS = Keys("unit")
 
@@ -76,7 +77,7 @@ def test_a_namespace_with_checkpoints_but_no_control_state_is_refused(tmp_path: 
     settings.names.service_checkpoint.mkdir(parents=True)
     client = fakeredis.FakeRedis()
     with pytest.raises(ControlStateLost, match="--reset-namespace"):
-        claim(client, settings, NoTopics(), "host:1:a")  # type: ignore[arg-type]
+        claim(client, settings, NoTopics(), "host:1:a", DEMO_SOURCE)  # type: ignore[arg-type]
     assert not client.exists(KEYS.namespace_record)
     with pytest.raises(LeaseLost):  # only under the namespace's lease
         reset(client, settings, NoTopics(), "host:1:a")  # type: ignore[arg-type]
@@ -88,17 +89,18 @@ def test_a_namespace_with_checkpoints_but_no_control_state_is_refused(tmp_path: 
         f"checkpoints in {settings.names.checkpoint_root}",
     ]
     assert client.get(KEYS.lease) == b"host:1:a"  # kept: nobody starts before the reset lets go
-    claim(client, settings, NoTopics(), "host:1:a")  # type: ignore[arg-type]
-    assert client.exists(KEYS.namespace_record)
+    claim(client, settings, NoTopics(), "host:1:a", DEMO_SOURCE)  # type: ignore[arg-type]
+    record = NamespaceRecord.model_validate_json(client.get(KEYS.namespace_record) or b"")
+    assert (record.created_by, record.source) == ("host:1:a", DEMO_SOURCE)
 
 
-def test_a_namespace_from_before_records_keeps_its_journal(tmp_path: Path) -> None:
+def test_a_namespace_whose_record_is_gone_but_not_its_journal_is_refused(tmp_path: Path) -> None:
     settings = Settings(namespace="unit", home=tmp_path)
-    settings.names.service_checkpoint.mkdir(parents=True)
     client = fakeredis.FakeRedis()
     client.set(KEYS.current, '{"query_id": "a", "started_at": 1}')
-    claim(client, settings, NoTopics(), "host:1:a")  # type: ignore[arg-type]
-    assert client.exists(KEYS.namespace_record)
+    with pytest.raises(ControlStateLost, match=r"not its record.*--reset-namespace"):
+        claim(client, settings, NoTopics(), "host:1:a", DEMO_SOURCE)  # type: ignore[arg-type]
+    assert not client.exists(KEYS.namespace_record)
 
 
 def test_only_a_process_of_this_host_that_has_exited_is_provably_dead() -> None:
@@ -148,8 +150,10 @@ def graph_record() -> GraphRecord:
         query_id="a",
         source=QuerySource(name="a", kind=QueryKind.SQL, text="--"),
         window_ms=10_000,
+        slide_ms=10_000,
         topic="t",
         spark_query_id=new_spark_query_id(),
+        reads=DEMO_SOURCE,
     )
 
 
@@ -168,7 +172,6 @@ def test_an_unreadable_checkpoint_metadata_is_told_apart_from_another_querys() -
     files = Files()
     files.texts["metadata"] = '{"id": "4f2'  # a write cut short, before Spark ran a batch
     claim_checkpoint(files, "graph-a", record)
-    assert record.spark_query_id is not None
     assert record.spark_query_id in files.texts["metadata"]
     files.texts["metadata"] = ""  # the same, once batches ran: refused, with what to do
     files.texts["offsets/0"] = "v1"
@@ -201,7 +204,13 @@ def test_a_fenced_write_with_its_preconditions_is_one_round_trip() -> None:
     record = journal.get("s")
     client.commands.clear()
     graph = GraphRecord(
-        query_id="b", source=QuerySource(name="b", kind=QueryKind.SQL, text="--"), window_ms=1, topic="t"
+        query_id="b",
+        source=QuerySource(name="b", kind=QueryKind.SQL, text="--"),
+        window_ms=1,
+        slide_ms=1,
+        topic="t",
+        spark_query_id=new_spark_query_id(),
+        reads=DEMO_SOURCE,
     )
     moved = journal.advance(record, SwapPhase.VALIDATED, also=Also(graphs=[graph]))
     assert moved is not None

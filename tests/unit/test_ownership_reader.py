@@ -6,16 +6,25 @@ import pytest
 
 from hotswap.contract.fence import fenced_write
 from hotswap.contract.journal import Also, Journal, SwapPhase, SwapRecord
-from hotswap.contract.models import CurrentQuery, GraphRecord, QueryKind, QuerySource
+from hotswap.contract.models import CurrentQuery, GraphRecord, QueryKind, QuerySource, new_spark_query_id
 from hotswap.contract.names import Keys
 from hotswap.contract.ownership import OwnedWindows, OwnershipReader, read_owned_windows
+from tests.conftest import DEMO_SOURCE
 
 W = 1_700_000_010_000
 
 
 def graph(query_id: str) -> GraphRecord:
     source = QuerySource(name="q.sql", kind=QueryKind.SQL, text="SELECT 1")
-    return GraphRecord(query_id=query_id, source=source, window_ms=10_000, topic=f"t.{query_id}")
+    return GraphRecord(
+        query_id=query_id,
+        source=source,
+        window_ms=10_000,
+        slide_ms=10_000,
+        topic=f"t.{query_id}",
+        spark_query_id=new_spark_query_id(),
+        reads=DEMO_SOURCE,
+    )
 
 
 def to_cut(journal: Journal, swap_id: str, old: str, new: str, cut: int) -> None:

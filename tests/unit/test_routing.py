@@ -1,7 +1,7 @@
 import pytest
 
 from hotswap.contract.journal import SwapPhase, SwapRecord
-from hotswap.contract.models import GraphRecord, NodePosition, QueryKind, QuerySource, RoutingPlan, ServiceState
+from hotswap.contract.models import GraphRecord, NodePosition, QueryKind, QuerySource, ServiceState, new_spark_query_id
 from hotswap.service_graph.errors import NoTargetGraph
 from hotswap.service_graph.routing import (
     IdleClock,
@@ -14,13 +14,22 @@ from hotswap.service_graph.routing import (
     plan_batch,
     time_jump_limit,
 )
+from tests.conftest import DEMO_SOURCE
 
 T0 = 1_700_000_000_000
 
 
 def graph(query_id: str, window_ms: int = 10_000) -> GraphRecord:
     source = QuerySource(name=query_id, kind=QueryKind.SQL, text="SELECT 1")
-    return GraphRecord(query_id=query_id, source=source, window_ms=window_ms, topic=f"t.{query_id}")
+    return GraphRecord(
+        query_id=query_id,
+        source=source,
+        window_ms=window_ms,
+        slide_ms=window_ms,
+        topic=f"t.{query_id}",
+        spark_query_id=new_spark_query_id(),
+        reads=DEMO_SOURCE,
+    )
 
 
 def swap(state: SwapPhase, cut: int | None = None) -> SwapRecord:
@@ -31,7 +40,9 @@ def swap(state: SwapPhase, cut: int | None = None) -> SwapRecord:
         state=state,
         cut_window_end=cut,
         old_window_ms=10_000,
+        old_slide_ms=10_000,
         new_window_ms=30_000,
+        new_slide_ms=30_000,
     )
 
 
@@ -68,11 +79,11 @@ def test_after_the_cut_rows_before_w_go_old_and_later_rows_go_new() -> None:
     assert plan.target_topic == "t.new"
     assert plan.cut is not None
     assert (plan.cut.boundary, plan.cut.old_topic) == (cut, "t.old")
-    old, new = plan.receivers
+    old, new = plan.destinations
     assert (old.topic, old.since, old.until) == ("t.old", None, cut)
     assert (new.topic, new.since, new.until) == ("t.new", cut, None)
-    assert [d.query_id for d in plan.receivers if d.holds(cut - 1)] == ["old"]
-    assert [d.query_id for d in plan.receivers if d.holds(cut)] == ["new"]
+    assert [d.query_id for d in plan.destinations if d.holds(cut - 1)] == ["old"]
+    assert [d.query_id for d in plan.destinations if d.holds(cut)] == ["new"]
 
 
 def test_once_retired_the_old_graph_receives_nothing() -> None:
@@ -190,13 +201,6 @@ def test_markers_hold_each_graph_one_ms_below_the_service_watermark_until_the_cu
     past = {m.query_id: m.watermark for m in graph_markers(plan, cut + 30_000)}
     assert past == {"new": cut + 29_999, "old": cut}
     assert graph_markers(plan, None) == []
-
-
-def test_a_plan_written_before_destinations_existed_still_routes_by_its_cut() -> None:
-    cut = T0 + 60_000
-    plan = plan_batch(5, state_with(T0), GRAPHS["old"], swap(SwapPhase.CUT, cut), GRAPHS)
-    legacy = RoutingPlan.model_validate({k: v for k, v in plan.model_dump().items() if k != "destinations"})
-    assert legacy.receivers == plan.receivers
 
 
 def test_only_rows_below_the_log_start_count_as_expired() -> None:

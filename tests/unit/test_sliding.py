@@ -7,11 +7,12 @@ import math
 import pytest
 
 from hotswap.contract.journal import SwapPhase, SwapRecord
-from hotswap.contract.models import GraphRecord, NodePosition, QueryKind, QuerySource, ServiceState
+from hotswap.contract.models import GraphRecord, NodePosition, QueryKind, QuerySource, ServiceState, new_spark_query_id
 from hotswap.contract.ownership import OwnedWindows, WindowOwner, owned_windows, window_owners
 from hotswap.contract.windows import Windowing, cut_boundary, first_row_needed
 from hotswap.service_graph.routing import decide_cut, graph_markers, plan_batch
 from hotswap.service_sink.audit import Result, audit
+from tests.conftest import DEMO_SOURCE
 
 T0 = 1_700_000_000_000  # a multiple of 20 s (not of 30 s)
 E = T0 + 50_000  # the largest window end routed before the cut
@@ -23,7 +24,7 @@ SLIDING_60_20 = Windowing.of(60_000, 20_000)
 
 
 def test_a_query_window_is_tumbling_unless_its_slide_is_shorter_than_its_size() -> None:
-    assert not Windowing.of(10_000).sliding  # a record from before slides were recorded
+    assert not Windowing.of(10_000).sliding  # no slide: tumbling
     assert not Windowing.of(10_000, 10_000).sliding
     assert SLIDING_30_10.sliding
     assert (SLIDING_30_10.grid_ms, SLIDING_30_10.reach_ms) == (10_000, 20_000)
@@ -90,7 +91,13 @@ def test_the_cut_is_the_first_boundary_that_keeps_every_window_whole(old: Window
 def graph(query_id: str, windows: Windowing) -> GraphRecord:
     source = QuerySource(name=query_id, kind=QueryKind.SQL, text="SELECT 1")
     return GraphRecord(
-        query_id=query_id, source=source, window_ms=windows.size_ms, slide_ms=windows.slide_ms, topic=f"t.{query_id}"
+        query_id=query_id,
+        source=source,
+        window_ms=windows.size_ms,
+        slide_ms=windows.slide_ms,
+        topic=f"t.{query_id}",
+        spark_query_id=new_spark_query_id(),
+        reads=DEMO_SOURCE,
     )
 
 
@@ -116,18 +123,15 @@ def state(max_end: int, watermark: int) -> ServiceState:
     )
 
 
-def test_the_service_graph_cuts_by_the_recorded_kinds_and_a_record_without_slides_is_tumbling() -> None:
+def test_the_service_graph_cuts_by_the_recorded_kinds() -> None:
     assert decide_cut(state(E, E - 5_000), swap(TUMBLING_10, SLIDING_30_10, SwapPhase.DEPLOYED)) == T0 + 70_000
-    legacy = swap(TUMBLING_10, TUMBLING_20, SwapPhase.DEPLOYED).model_copy(
-        update={"old_slide_ms": None, "new_slide_ms": None}
-    )
-    assert decide_cut(state(E, E - 5_000), legacy) == T0 + 60_000
+    assert decide_cut(state(E, E - 5_000), swap(TUMBLING_10, TUMBLING_20, SwapPhase.DEPLOYED)) == T0 + 60_000
 
 
 def receivers_of(event_time: int, old: Windowing, new: Windowing, cut: int) -> list[str]:
     graphs = {"old": graph("old", old), "new": graph("new", new)}
     plan = plan_batch(5, state(E, E - 5_000), graphs["old"], swap(old, new, SwapPhase.CUT, cut), graphs)
-    return [d.query_id for d in plan.receivers if d.holds(event_time)]
+    return [d.query_id for d in plan.destinations if d.holds(event_time)]
 
 
 def test_rows_in_the_overlap_before_w_go_to_both_graphs() -> None:

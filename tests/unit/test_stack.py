@@ -166,9 +166,9 @@ def test_the_state_file_round_trips_and_ignores_what_it_cannot_read(tmp_path: Pa
     procs = {"kafka": Proc(101, 12.34, ("kafka.Kafka", "/h/server.properties"), "/h/kafka.log"), "redis": _me()}
     state.write(procs)
     assert state.read() == procs
-    # An entry in another shape (say, written by an older hotswap) is dropped, the rest is kept.
-    old = {"pid": 101, "start_ticks": 5, "markers": ["kafka.Kafka"]}
-    state.path.write_text(json.dumps({"kafka": old, "redis": procs["redis"].to_json()}))
+    # An entry in another shape (say, edited by hand) is dropped, the rest is kept.
+    other = {"pid": 101, "start_ticks": 5, "markers": ["kafka.Kafka"]}
+    state.path.write_text(json.dumps({"kafka": other, "redis": procs["redis"].to_json()}))
     assert state.read() == {"redis": procs["redis"]}
     state.path.write_text("{not json")
     assert state.read() == {}

@@ -18,10 +18,12 @@ from hotswap.contract.models import (
     GraphProgress,
     GraphRecord,
     GraphState,
+    NamespaceRecord,
     NodePosition,
     QueryKind,
     QuerySource,
     ServiceState,
+    new_spark_query_id,
 )
 from hotswap.contract.names import Keys
 from hotswap.contract.phases import diagram_markdown
@@ -29,6 +31,7 @@ from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.settings import Settings
 from hotswap.contract.status import Status, json_schema_text
 from hotswap.executor.operator import cli, client
+from tests.conftest import DEMO_SOURCE
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEMA = REPO / "docs" / "status.schema.json"
@@ -46,14 +49,22 @@ def server() -> fakeredis.FakeServer:
     r = fakeredis.FakeRedis(server=server)
     keys = Keys("blue")
     r.set(keys.lease, "host:1:abcd:space")
+    r.set(keys.namespace_record, NamespaceRecord(created_by="host:1:abcd:space", source=DEMO_SOURCE).model_dump_json())
     r.set(
         keys.executor, ExecutorRecord(holder="host:1:abcd:space", phase=ExecutorPhase.RUNNING, at=7).model_dump_json()
     )
     r.set(keys.current, CurrentQuery(query_id="b", started_at=5).model_dump_json())
-    for record in (
-        GraphRecord(query_id="a", source=source("a"), window_ms=10_000, topic="t.a", state=GraphState.RUNNING),
-        GraphRecord(query_id="b", source=source("b"), window_ms=30_000, topic="t.b", state=GraphState.RUNNING),
-    ):
+    for query_id, window_ms in (("a", 10_000), ("b", 30_000)):
+        record = GraphRecord(
+            query_id=query_id,
+            source=source(query_id),
+            window_ms=window_ms,
+            slide_ms=window_ms,
+            topic=f"t.{query_id}",
+            state=GraphState.RUNNING,
+            spark_query_id=new_spark_query_id(),
+            reads=DEMO_SOURCE,
+        )
         r.hset(keys.graphs, record.query_id, record.model_dump_json())
     r.set(
         keys.progress("a"), GraphProgress(query_id="a", committed_batch=3, committed_watermark=20_000).model_dump_json()
@@ -162,9 +173,11 @@ def test_status_json_keeps_the_documented_field_names(
     ]
     assert doc["service"]["partitions"]["10"] == {"window_end": 40_000, "event_time": None, "offset": 5, "idle": False}
     assert set(doc["graphs"]["a"]) >= {"state", "topic", "window_ms", "kind", "started_at", "retired_at", "progress"}
-    # A graph recorded before slides were is tumbling: it slides by its size.
+    # A tumbling graph slides by its size; each graph shows the schema its version reads.
     assert (doc["graphs"]["b"]["window_ms"], doc["graphs"]["b"]["slide_ms"]) == (30_000, 30_000)
-    assert {"dead_letters", "source"} <= set(doc)
+    assert doc["graphs"]["b"]["source_schema"] == DEMO_SOURCE.schema_ddl
+    assert doc["source"] == DEMO_SOURCE.describe()
+    assert "dead_letters" in doc
     assert Status.model_validate(doc) == status_of(server)
 
 

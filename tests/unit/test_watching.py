@@ -30,12 +30,13 @@ from hotswap.contract.models import (
     QueryKind,
     QuerySource,
     ServiceState,
+    new_spark_query_id,
 )
 from hotswap.contract.names import Keys
 from hotswap.contract.plans import DryRunRequest
 from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.settings import Settings
-from hotswap.contract.source import LEGACY_SOURCE, SourceSpec
+from hotswap.contract.source import SourceSpec
 from hotswap.contract.windows import Windowing
 from hotswap.executor.control import dry_run
 from hotswap.executor.control.dry_run import DryRuns, predecessor
@@ -48,7 +49,7 @@ from hotswap.executor.operator.observe import Rates, RateWindow, Snapshot, rates
 from hotswap.executor.operator.render import render_history
 from hotswap.executor.operator.watch import WatchMemory, render_watch
 from hotswap.executor.operator.web import MonitorServer
-from tests.conftest import COMPLETED_SWAP_PHASES
+from tests.conftest import COMPLETED_SWAP_PHASES, DEMO_SOURCE
 
 NS = "blue"
 PHASES = COMPLETED_SWAP_PHASES
@@ -77,17 +78,27 @@ def server() -> fakeredis.FakeServer:
             query_id=query_id,
             source=source(query_id, "SELECT <b>1</b> FROM events"),
             window_ms=window,
+            slide_ms=window,
             topic=f"t.{query_id}",
             group_columns=("key",),
             state=state,
             started_at=T,
+            spark_query_id=new_spark_query_id(),
+            reads=DEMO_SOURCE,
         )
         r.hset(keys.graphs, query_id, record.model_dump_json())
     r.hset(
         keys.graphs,
         "c",
         GraphRecord(
-            query_id="c", source=source("c"), window_ms=10_000, topic="t.c", state=GraphState.RUNNING
+            query_id="c",
+            source=source("c"),
+            window_ms=10_000,
+            slide_ms=10_000,
+            topic="t.c",
+            state=GraphState.RUNNING,
+            spark_query_id=new_spark_query_id(),
+            reads=DEMO_SOURCE,
         ).model_dump_json(),
     )
     r.set(
@@ -123,7 +134,9 @@ def server() -> fakeredis.FakeServer:
         phases=phases(PHASES, T),
         cut_window_end=30_000,
         old_window_ms=10_000,
+        old_slide_ms=10_000,
         new_window_ms=30_000,
+        new_slide_ms=30_000,
     )
     running = SwapRecord(
         id="s2",
@@ -134,7 +147,9 @@ def server() -> fakeredis.FakeServer:
         phases=phases(PHASES[:6], T + 58_000),
         cut_window_end=60_000,
         old_window_ms=30_000,
+        old_slide_ms=30_000,
         new_window_ms=10_000,
+        new_slide_ms=10_000,
     )
     for swap in (done, running):
         r.set(keys.swap(swap.id), swap.model_dump_json())
@@ -148,8 +163,8 @@ def api(server: fakeredis.FakeServer) -> Client:
 
 
 def snapshot(api: Client, at_ms: int = T + 70_000) -> Snapshot:
-    snap = take_snapshot(api, default_schema="key STRING, value DOUBLE, ts BIGINT, event_time TIMESTAMP")
-    return Snapshot(snap.status, snap.counters, snap.graphs, at_ms, snap.taken_s, {"c": 120}, 52, snap.default_schema)
+    snap = take_snapshot(api)
+    return Snapshot(snap.status, snap.counters, snap.graphs, at_ms, snap.taken_s, {"c": 120}, 52)
 
 
 # -- history ----------------------------------------------------------------------------------------
@@ -266,7 +281,9 @@ def stranded(server: fakeredis.FakeServer) -> None:
         phases=phases([*PHASES[:5], "stranded"], T + 58_000),
         cut_window_end=60_000,
         old_window_ms=30_000,
+        old_slide_ms=30_000,
         new_window_ms=10_000,
+        new_slide_ms=10_000,
         error="query c kept failing after 3 restarts (poison row)",
         reason_code=ReasonCode.QUERY_FAILED_AFTER_CUT,
     )
@@ -329,7 +346,7 @@ def test_the_dashboard_shows_the_query_the_timeline_with_w_and_the_owners(api: C
     assert "W = 00:00:30.000" in html
     assert "W = 00:01:00.000" in html
     assert "SELECT &lt;b&gt;1&lt;/b&gt; FROM events" in html  # the query text, escaped
-    assert "event_time TIMESTAMP" in html  # the schema it reads
+    assert "key STRING NOT NULL, value DOUBLE NOT NULL" in html  # the schema it reads (DEMO_SOURCE)
     assert "windows ending after" in html
     assert "dead letters by reason: not_json 2, too_far_ahead 3" in html
     assert "setInterval(refresh, 1000)" in html
@@ -415,7 +432,7 @@ def test_micro_batch_durations_are_observed_once_per_batch_and_per_query() -> No
 @pytest.fixture
 def endpoint(api: Client) -> Iterator[str]:
     settings = Settings(namespace=NS, metrics_port=0)
-    monitor = MonitorServer(settings, api, lease=Lease(), default_schema="key STRING").start()
+    monitor = MonitorServer(settings, api, lease=Lease()).start()
     try:
         yield monitor.url
     finally:
@@ -478,7 +495,7 @@ def test_the_endpoint_answers_only_to_its_own_address(endpoint: str) -> None:
 
 def test_beyond_loopback_the_dashboard_wants_its_token_and_metrics_stay_open(api: Client) -> None:
     settings = Settings(namespace=NS, metrics_port=0, metrics_host="0.0.0.0", metrics_token="t0ken-for-tests")  # noqa: S104
-    monitor = MonitorServer(settings, api, lease=Lease(), default_schema="key STRING").start()
+    monitor = MonitorServer(settings, api, lease=Lease()).start()
     try:
         port = monitor.port
         assert get(port, "/")[0] == 401
@@ -517,7 +534,7 @@ class Stream:
 class Validating:
     """The graphs a dry run validates with: reads the namespace's source, validates with `validate`."""
 
-    namespace_source = LEGACY_SOURCE
+    namespace_source = DEMO_SOURCE
 
     def __init__(self, validate: Any) -> None:
         self.validate = validate
@@ -584,8 +601,17 @@ def test_a_rejected_dry_run_says_why(server: fakeredis.FakeServer, monkeypatch: 
 
 
 def test_the_query_a_submit_would_replace_is_the_last_one_in_flight() -> None:
-    graphs = {"a": GraphRecord(query_id="a", source=source("a"), window_ms=10_000, topic="t")}
-    queued = SwapRecord(id="q", to_query="z", state=SwapPhase.VALIDATED, new_window_ms=20_000)
+    a = GraphRecord(
+        query_id="a",
+        source=source("a"),
+        window_ms=10_000,
+        slide_ms=10_000,
+        topic="t",
+        spark_query_id=new_spark_query_id(),
+        reads=DEMO_SOURCE,
+    )
+    queued = SwapRecord(id="q", to_query="z", state=SwapPhase.VALIDATED, new_window_ms=20_000, new_slide_ms=20_000)
+    graphs = {"a": a}
     assert predecessor([], "a", graphs) == ("a", Windowing(10_000, 10_000))
     assert predecessor([queued], "a", graphs) == ("z", Windowing(20_000, 20_000))
 
