@@ -63,7 +63,7 @@ format: install ## Format the code
 lint: install ## ruff and mypy (strict)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy
+	$(BIN)/python -m tests.typecheck
 
 schema: install diagram ## Regenerate docs/status.schema.json (contract/status.py) and docs/swap-states.md
 	$(BIN)/python -m hotswap.contract.status > docs/status.schema.json.new && mv docs/status.schema.json.new docs/status.schema.json
