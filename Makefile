@@ -85,7 +85,7 @@ cluster: jars ## The cluster tests alone: three swaps on a Spark standalone clus
 
 test: lint jars browser ## Lint, then every test, the cluster tests included (Kafka and Redis in containers if Docker answers)
 	@if $(CONTAINERS); then $(MAKE) --no-print-directory images; fi
-	$(BIN)/pytest -v --durations=15
+	$(BIN)/pytest -v --durations=40
 
 bench: jars ## Benchmarks beside plain Spark and stop-and-restart (QUICK=1: about 15 minutes); not part of `make test`
 	@# matplotlib (the plot) comes with the dev extra; install the bench extra only if it is missing.
