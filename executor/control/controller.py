@@ -223,13 +223,14 @@ class Executor:
         left |= {s.to_query for s in swaps if s.state.is_stranded}
         for record in records.values():
             if record.query_id not in needed:
-                if record.state in (GraphState.STARTING, GraphState.RUNNING):
+                # Neither current nor named by an open swap, it never served: a swap that ended before
+                # its cut left it (an executor stopped before it was discarded).
+                if not record.state.is_ended:
                     log.info("removing graph that no open swap needs", query_id=record.query_id)
                     self.graphs.discard(record.query_id)
                 continue
-            # A graph that failed for good but was never retired still owns windows: retry it.
-            failed_owner = record.state is GraphState.FAILED and record.retired_at is None
-            if (record.state is GraphState.RUNNING or failed_owner) and record.query_id not in left:
+            # A failed graph still owns its windows: it is tried again (a starting one is its swap's to start).
+            if record.state in (GraphState.RUNNING, GraphState.FAILED) and record.query_id not in left:
                 self.graphs.resume(record)
 
     def _deploy_initial(self, initial: QuerySource, begun: GraphRecord | None) -> None:
