@@ -89,7 +89,7 @@ def seed(client: redis.Redis, settings: Settings, swaps: int) -> tuple[Keys, Gra
             elif phase is SwapPhase.CUT:
                 changes = {"cut_window_end": start + n * WINDOW_MS, "cut_batch": n}
             elif phase is SwapPhase.RETIRED:
-                also = Also(graphs=(current.changed(state=GraphState.RETIRED, retired_at=now_ms()),))
+                also = Also(graphs=(current.moved(GraphState.RETIRED),))
             elif phase is SwapPhase.COMPLETED:
                 also = Also(current=CurrentQuery(query_id=new.query_id, started_at=now_ms()))
             advanced = journal.advance(swap, phase, also=also, **changes)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import Field
 
+from hotswap.contract.errors import HotswapError
 from hotswap.contract.frozen import Record, now_ms
 from hotswap.contract.source import SourceSpec
 from hotswap.contract.windows import Windowing
@@ -46,10 +49,44 @@ class GraphEngine(StrEnum):
 
 
 class GraphState(StrEnum):
-    STARTING = "starting"
-    RUNNING = "running"
-    RETIRED = "retired"
+    """Where an execution graph is in its life (docs/architecture.md, "A graph's life")."""
+
+    # The moves between states are GRAPH_TRANSITIONS; `GraphRecord.moved` is the one way a state changes.
+
+    STARTING = "starting"  # recorded; its query does not run yet (validated, deploying, a first deploy)
+    RUNNING = "running"  # its query runs: it serves, or will from its swap's cut (deployed, shadowing)
+    # Its query failed for good, yet the graph keeps what it owns: the windows after its cut wait in its
+    # topic for a rollback or fix that takes it over (or for an executor restart, which tries it again).
     FAILED = "failed"
+    RETIRED = "retired"  # served, emitted every window it owns, and stopped: owns nothing more
+    DISCARDED = "discarded"  # never served: its swap ended before the cut (aborted, failed) or none needed it
+
+    @property
+    def is_ended(self) -> bool:
+        """Retired or discarded: it owns nothing, its query never runs again, its topic is no buffer of
+        its own, and retention may forget it."""
+        return self in (GraphState.RETIRED, GraphState.DISCARDED)
+
+    def can_become(self, target: GraphState) -> bool:
+        return target in GRAPH_TRANSITIONS[self]
+
+
+class IllegalGraphMove(HotswapError):
+    """A graph was asked to move to a state it cannot reach from where it is."""
+
+
+# Each state's legal next states. A failed graph runs again when an executor restart resumes it and it
+# is seen running (a deploy's `deployed`); it is retired by the swap that takes it over, or discarded
+# if it failed before its swap's cut. A retired or discarded graph never moves again.
+GRAPH_TRANSITIONS: Mapping[GraphState, frozenset[GraphState]] = MappingProxyType(
+    {
+        GraphState.STARTING: frozenset({GraphState.RUNNING, GraphState.FAILED, GraphState.DISCARDED}),
+        GraphState.RUNNING: frozenset({GraphState.FAILED, GraphState.RETIRED, GraphState.DISCARDED}),
+        GraphState.FAILED: frozenset({GraphState.RUNNING, GraphState.RETIRED, GraphState.DISCARDED}),
+        GraphState.RETIRED: frozenset(),
+        GraphState.DISCARDED: frozenset(),
+    }
+)
 
 
 class SkippedRows(Record):
@@ -85,8 +122,8 @@ class GraphRecord(Record):
     group_columns: tuple[str, ...] = ()
     state: GraphState = GraphState.STARTING
     created_at: int = Field(default_factory=now_ms)
-    started_at: int | None = None
-    retired_at: int | None = None
+    started_at: int | None = None  # first seen running
+    retired_at: int | None = None  # retired or discarded: when it ended
     # The id Spark keeps in the graph's checkpoint, chosen when the graph is recorded (before its
     # first start); a checkpoint naming another id is never resumed.
     spark_query_id: str
@@ -110,6 +147,19 @@ class GraphRecord(Record):
     @property
     def windowing(self) -> Windowing:
         return Windowing(self.window_ms, self.slide_ms)
+
+    def moved(self, state: GraphState, **changes: object) -> GraphRecord:
+        """This graph in `state`, with `changes`: the one way a graph's state changes. Raises
+        IllegalGraphMove for a move GRAPH_TRANSITIONS does not allow. Running for the first time
+        stamps `started_at`; retired or discarded, `retired_at`."""
+        if not self.state.can_become(state):
+            raise IllegalGraphMove(f"graph {self.query_id} cannot go from {self.state} to {state}")
+        stamps: dict[str, object] = {}
+        if state is GraphState.RUNNING and self.started_at is None:
+            stamps["started_at"] = now_ms()
+        if state.is_ended:
+            stamps["retired_at"] = now_ms()
+        return self.changed(state=state, **{**stamps, **changes})
 
     @property
     def reads_from(self) -> int | None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import redis
 
 from hotswap.contract.journal import Journal, SwapPhase, SwapRecord
-from hotswap.contract.models import GraphRecord, Record
+from hotswap.contract.models import GraphRecord, GraphState, Record
 from hotswap.contract.names import Keys
 from hotswap.contract.records import read_current
 
@@ -92,7 +92,10 @@ class OwnedWindows:
 
 def owned_windows(owners: Iterable[WindowOwner], graph: GraphRecord) -> OwnedWindows:
     """The ranges `graph` owns. A graph that took over a failed graph's topic owns windows ending
-    after its `start_after` from the moment it starts, before its swap records that point as its cut."""
+    after its `start_after` from the moment it starts, before its swap records that point as its cut.
+    A discarded graph never served, and owns nothing."""
+    if graph.state is GraphState.DISCARDED:
+        return OwnedWindows(())
     ranges = tuple((o.after, o.through) for o in owners if o.query_id == graph.query_id)
     if not ranges and graph.start_after is not None:
         ranges = ((graph.start_after, None),)

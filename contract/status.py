@@ -179,7 +179,11 @@ class ProgressStatus(StatusPart):
 class GraphStatus(StatusPart):
     """One execution graph: a query version, its input topic and its Spark query."""
 
-    state: GraphState
+    state: GraphState = Field(
+        description="starting (recorded, its query not running yet), running, failed (failed for good, yet it "
+        "keeps the windows it owns: a rollback, a fix or a restart takes it over), retired (served, then stopped "
+        "once it emitted its windows) or discarded (never served: its swap ended before the cut)."
+    )
     topic: str = Field(description="Its input topic: the buffer the service graph fills for it.")
     window_ms: int
     slide_ms: int | None = Field(
@@ -187,7 +191,7 @@ class GraphStatus(StatusPart):
     )
     kind: QueryKind
     started_at: int | None
-    retired_at: int | None
+    retired_at: int | None = Field(description="When it was retired or discarded.")
     progress: ProgressStatus | None = Field(description="Null until the graph has reported a batch.")
     source_schema: str = Field(description="The schema this version reads, as Spark DDL.")
     routed_records: int = Field(default=0, ge=0, description="Source rows the service graph routed to it.")

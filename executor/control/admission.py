@@ -3,6 +3,13 @@ replace (the target of the swap queued just before it, or the current query), an
 query id and a graph record, written in the same write as `validated`. A rejected query changes
 nothing.
 
+There is one admission of a query, whoever asks: `Analyser.analyse(source, basis)` analyses it
+against its basis (`basis_for`: the query it replaces, that query's windows, the source as it reads
+it) and says why it is refused (`rejection`), and `Analyser.graph_record` is the record of a valid
+one. A submit (a rollback, a fix forward or a replace are submits too) is analysed here, on a
+worker thread; a dry run (dry_run.py) on its own worker thread; the namespace's first query by
+the executor as it starts (controller.py), before its loop runs.
+
 Validation analyses the user's query over Spark (its code runs, Spark resolves the plan), which
 takes seconds on a busy machine, so it never runs on the executor's loop: the loop starts the
 analysis of the first submitted swap on a worker thread, one analysis at a time, and on later
@@ -17,17 +24,20 @@ again.
 from __future__ import annotations
 
 import contextvars
+import itertools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from concurrent.futures import wait as wait_for_futures
 from dataclasses import dataclass
+from functools import partial
 from typing import TypeVar
 
 import structlog
 
 from hotswap.contract.causes import first_line
+from hotswap.contract.durations import Duration
 from hotswap.contract.errors import HotswapError
 from hotswap.contract.faults import crash_point
 from hotswap.contract.journal import Also, Journal, SwapPhase, SwapRecord
@@ -35,6 +45,7 @@ from hotswap.contract.models import GraphRecord, QuerySource, new_spark_query_id
 from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.settings import Settings
 from hotswap.contract.source import SourceSpec
+from hotswap.contract.windows import Windowing
 from hotswap.execution_graph.errors import QueryRejected
 from hotswap.execution_graph.validation import QueryShape
 from hotswap.executor.control.graphs import Graphs
@@ -71,23 +82,122 @@ def on_own_thread(work: Callable[[], T], name: str) -> Future[T]:
 
 @dataclass(frozen=True)
 class Basis:
-    """What a swap is validated against: the query it will replace, the spacing of that query's
-    window ends, and the source as that query reads it."""
+    """What a query is analysed against: the query it will replace (None: none serves yet), that
+    query's windows, and the source as that query reads it (the namespace's, when none serves)."""
 
     query_id: str | None
-    grid_ms: int | None
+    windows: Windowing | None
     reads: SourceSpec
+
+    @property
+    def grid_ms(self) -> int | None:
+        """The spacing of the replaced query's window ends (its slide; its size when tumbling)."""
+        return None if self.windows is None else self.windows.grid_ms
+
+
+def basis_for(
+    ahead: Iterable[SwapRecord],
+    current: str | None,
+    graph: Callable[[str], GraphRecord | None],
+    namespace_source: SourceSpec,
+) -> Basis:
+    """The basis of a query queued behind the swaps `ahead`: the query it will replace when its turn
+    comes (the target of the last swap in flight among them, else the current query), with that
+    query's windows (its graph's; a swap's as validated) and how it reads the source."""
+    query_id, last = current, None
+    for swap in ahead:
+        if swap.state.is_in_flight:
+            query_id, last = swap.to_query, swap
+    record = graph(query_id) if query_id is not None else None
+    if record is not None:
+        windows: Windowing | None = record.windowing
+    elif last is not None and last.new_window_ms is not None:
+        windows = Windowing.of(last.new_window_ms, last.new_slide_ms)
+    else:
+        windows = None
+    return Basis(query_id, windows, record.reads if record is not None else namespace_source)
+
+
+def rejection(source: QuerySource, exc: BaseException) -> tuple[str, ReasonCode]:
+    """Why a query whose analysis raised `exc` is refused, in one line, and its reason code."""
+    if isinstance(exc, QueryRejected):
+        return str(exc), exc.reason_code
+    if isinstance(exc, HotswapError):
+        return str(exc), ReasonCode.QUERY_INVALID
+    # Validation runs user code: nothing it raises, sys.exit() included, is the executor's own failure.
+    reason = f"query {source.name!r} could not be validated: {type(exc).__name__}: {first_line(exc)}"
+    return reason, ReasonCode.QUERY_RAISED
+
+
+def not_validated_in_time(source: QuerySource, timeout: Duration) -> str:
+    """Why a query whose analysis outlasted validation_timeout is refused."""
+    return (
+        f"query {source.name!r} was not validated within {timeout} (validation_timeout): its analysis (or its "
+        "Python code) does not end"
+    )
 
 
 @dataclass(frozen=True)
 class Analysed:
-    """What the analysis of a query found: how its version reads the source and the query's shape,
-    or what the analysis raised; and how long it took."""
+    """What the analysis of a query against its basis found: how its version reads the source and
+    the query's shape, or what the analysis raised; and how long it took."""
 
+    source: QuerySource
+    basis: Basis
     reads: SourceSpec | None
     shape: QueryShape | None
     error: BaseException | None
     seconds: float
+
+    @property
+    def rejection(self) -> tuple[str, ReasonCode] | None:
+        """Why the query is refused (one line) and its reason code; None: it is valid."""
+        return None if self.error is None else rejection(self.source, self.error)
+
+
+class Analyser:
+    """The one admission of a query (see the module's docstring). `analyse` runs the user's code and
+    has Spark analyse it, which takes seconds: the executor's loop never runs it itself, but on a
+    worker thread (a submit's, a dry run's)."""
+
+    def __init__(self, settings: Settings, graphs: Graphs) -> None:
+        self._settings = settings
+        self._graphs = graphs
+
+    def analyse(self, source: QuerySource, basis: Basis) -> Analysed:
+        """Analyse `source` against `basis`. Never raises: what the analysis raised is in the result."""
+        began = time.monotonic()
+        try:
+            # The schema it reads: its own, if it declares one, else the one of the query it replaces.
+            reads = self._graphs.version_reads(source, basis.reads)
+        except BaseException as exc:  # noqa: BLE001 - the caller decides what it means
+            return Analysed(source, basis, None, None, exc, time.monotonic() - began)
+        try:
+            shape = self._graphs.validate(source, basis.grid_ms, reads)
+        except BaseException as exc:  # noqa: BLE001 - user code runs here; the caller classifies what it raised
+            return Analysed(source, basis, reads, None, exc, time.monotonic() - began)
+        return Analysed(source, basis, reads, shape, None, time.monotonic() - began)
+
+    def graph_record(self, analysed: Analysed, query_id: str, *, shadow: bool = False) -> GraphRecord:
+        """The record of a valid query's graph, under `query_id`, as a graph recorded now runs it."""
+        reads, shape = analysed.reads, analysed.shape
+        assert reads is not None
+        assert shape is not None
+        engine, partitions = self._graphs.layout()
+        names = self._settings.names
+        return GraphRecord(
+            query_id=query_id,
+            source=analysed.source,
+            window_ms=shape.window_ms,
+            topic=names.graph_topic(query_id),
+            group_columns=shape.group_columns,
+            spark_query_id=new_spark_query_id(),
+            reads=reads,
+            slide_ms=shape.windowing.slide_ms,
+            shadow_results_topic=names.shadow_results_topic(query_id) if shadow else None,
+            engine=engine,
+            partitions=partitions,
+        )
 
 
 Worker = Callable[[Callable[[], Analysed], str], Future[Analysed]]
@@ -115,6 +225,7 @@ class Admission:
         self._settings = settings
         self._journal = journal
         self._graphs = graphs
+        self._analyser = Analyser(settings, graphs)
         self._worker = worker  # where analyses run (tests may run them at once, on the caller's thread)
         self._clock = clock
         self._analysis: Analysis | None = None
@@ -167,10 +278,7 @@ class Admission:
                 if waited <= self._settings.validation_timeout.s:
                     return None
                 self._analysis = None  # its thread is abandoned: Spark's analysis cannot be cancelled
-                reason = (
-                    f"query {swap.source.name!r} was not validated within {self._settings.validation_timeout} "
-                    "(validation_timeout): its analysis (or its Python code) does not end; nothing changed"
-                )
+                reason = f"{not_validated_in_time(swap.source, self._settings.validation_timeout)}; nothing changed"
                 return self._reject(swap, reason, ReasonCode.VALIDATION_TIMEOUT, waited) or self._journal.get(swap.id)
             # Checked again now: the swap before it may have been aborted, or failed, meanwhile.
             if analysis.swap_id == swap.id and analysis.basis == self._basis(swap, swaps):
@@ -192,42 +300,15 @@ class Admission:
             log.info("validation dropped: its swap is no longer submitted", swap_id=analysis.swap_id)
 
     def _start(self, swap: SwapRecord, source: QuerySource, basis: Basis) -> Analysis:
-        graphs = self._graphs
-
-        def analyse() -> Analysed:
-            began = time.monotonic()
-            try:
-                # The schema it reads: its own, if it declares one, else the one of the query it replaces.
-                reads = graphs.version_reads(source, basis.reads)
-                shape = graphs.validate(source, basis.grid_ms, reads)
-            except BaseException as exc:  # noqa: BLE001 - user code runs here; the loop classifies what it raised
-                return Analysed(None, None, exc, time.monotonic() - began)
-            return Analysed(reads, shape, None, time.monotonic() - began)
-
         log.debug("validation started", swap_id=swap.id, against=basis.query_id)
-        return Analysis(swap.id, basis, self._worker(analyse, f"hotswap-validate-{swap.id}"), self._clock())
+        work = partial(self._analyser.analyse, source, basis)
+        return Analysis(swap.id, basis, self._worker(work, f"hotswap-validate-{swap.id}"), self._clock())
 
     def _basis(self, swap: SwapRecord, swaps: list[SwapRecord]) -> Basis:
-        from_query, grid_ms = self._predecessor(swap, swaps)
-        predecessor = self._graphs.get(from_query) if from_query else None
-        reads = predecessor.reads if predecessor else self._graphs.namespace_source
-        return Basis(from_query, grid_ms, reads)
-
-    def _predecessor(self, swap: SwapRecord, swaps: list[SwapRecord]) -> tuple[str | None, int | None]:
-        """The query this swap will replace, and the spacing of its window ends (its slide; its size
-        when tumbling): the target of the last swap queued before it, or the current query."""
+        """What `swap` is checked against: the query it will replace, as the swaps queued before it are now."""
         current = self._graphs.current()
-        query_id = current.query_id if current else None
-        grid_ms = None
-        for earlier in swaps:
-            if earlier.id == swap.id:
-                break
-            if earlier.state.is_in_flight:
-                query_id, grid_ms = earlier.to_query, earlier.new_slide_ms
-        if grid_ms is None and query_id is not None:
-            record = self._graphs.get(query_id)
-            grid_ms = record.windowing.grid_ms if record else None
-        return query_id, grid_ms
+        ahead = itertools.takewhile(lambda earlier: earlier.id != swap.id, swaps)
+        return basis_for(ahead, current.query_id if current else None, self._graphs.get, self._graphs.namespace_source)
 
     def _reject(
         self, swap: SwapRecord, reason: str, code: ReasonCode, validate_s: float | None = None
@@ -244,35 +325,18 @@ class Admission:
         try:
             analysed = analysis.future.result()
         except BaseException as failure:  # noqa: BLE001 - the worker itself failed: decided like a raise in the analysis
-            analysed = Analysed(None, None, failure, 0.0)
-        seconds, exc = analysed.seconds, analysed.error
-        if isinstance(exc, QueryRejected):
-            return self._reject(swap, str(exc), exc.reason_code, seconds)
-        if isinstance(exc, HotswapError):
-            return self._reject(swap, str(exc), ReasonCode.QUERY_INVALID, seconds)
-        if exc is not None:  # validation runs user code: nothing it raises, sys.exit() included, stops the executor
-            reason = f"query {swap.source.name!r} could not be validated: {type(exc).__name__}: {first_line(exc)}"
-            bound.warning("validation raised", reason=reason)
-            return self._reject(swap, reason, ReasonCode.QUERY_RAISED, seconds)
-        reads, shape = analysed.reads, analysed.shape
-        assert reads is not None
+            analysed = Analysed(swap.source, analysis.basis, None, None, failure, 0.0)
+        refused = analysed.rejection
+        if refused is not None:
+            reason, code = refused
+            if not isinstance(analysed.error, HotswapError):
+                bound.warning("validation raised", reason=reason)
+            return self._reject(swap, reason, code, analysed.seconds)
+        shape = analysed.shape
         assert shape is not None
         taken = {s.to_query for s in swaps if s.id != swap.id and s.state.is_in_flight}
         query_id = self._graphs.unique_id(swap.to_query, taken)
-        engine, partitions = self._graphs.layout()
-        record = GraphRecord(
-            query_id=query_id,
-            source=swap.source,
-            window_ms=shape.window_ms,
-            topic=self._settings.names.graph_topic(query_id),
-            group_columns=shape.group_columns,
-            spark_query_id=new_spark_query_id(),
-            reads=reads,
-            slide_ms=shape.windowing.slide_ms,
-            shadow_results_topic=self._settings.names.shadow_results_topic(query_id) if swap.shadow else None,
-            engine=engine,
-            partitions=partitions,
-        )
+        record = self._analyser.graph_record(analysed, query_id, shadow=swap.shadow)
         # Not bound to `from_query` yet: that happens when its turn comes (SwapProtocol._start_turn).
         updated = self._journal.advance(
             swap,
@@ -290,6 +354,6 @@ class Admission:
                 to_query=query_id,
                 from_query=analysis.basis.query_id,
                 windows=shape.windowing.describe(),
-                validate_s=round(seconds, 3),
+                validate_s=round(analysed.seconds, 3),
             )
         return updated

@@ -24,7 +24,6 @@ from hotswap.contract.models import (
     GraphState,
     NamespaceRecord,
     QuerySource,
-    new_spark_query_id,
 )
 from hotswap.contract.names import Keys
 from hotswap.contract.outages import KAFKA, OUTAGES, REDIS
@@ -32,6 +31,7 @@ from hotswap.contract.settings import Settings
 from hotswap.contract.source import SourceSpec
 from hotswap.execution_graph.errors import SchemaRefused
 from hotswap.execution_graph.schemas import resolve
+from hotswap.executor.control.admission import Analyser, basis_for
 from hotswap.executor.control.dry_run import DryRuns
 from hotswap.executor.control.durability import check_durability
 from hotswap.executor.control.graphs import Graphs
@@ -78,6 +78,7 @@ class Executor:
             batch_watermark=self.graphs.runner.batch_watermark,
         )
         self._swaps: SwapProtocol | None = None
+        self._analyser = Analyser(settings, self.graphs)  # admits the namespace's first query
         self.dry_runs = DryRuns(settings, spark, client, self.graphs)  # `submit --dry-run`: answered, never recorded
         self.requests = OperatorRequests(client, self._keys, self._fence)  # submit, abort, promote
         self._phase = ExecutorPhase.STOPPED
@@ -223,18 +224,24 @@ class Executor:
         left |= {s.to_query for s in swaps if s.state.is_stranded}
         for record in records.values():
             if record.query_id not in needed:
-                if record.state in (GraphState.STARTING, GraphState.RUNNING):
+                # Neither current nor named by an open swap, it never served: a swap that ended before
+                # its cut left it (an executor stopped before it was discarded).
+                if not record.state.is_ended:
                     log.info("removing graph that no open swap needs", query_id=record.query_id)
                     self.graphs.discard(record.query_id)
                 continue
-            # A graph that failed for good but was never retired still owns windows: retry it.
-            failed_owner = record.state is GraphState.FAILED and record.retired_at is None
-            if (record.state is GraphState.RUNNING or failed_owner) and record.query_id not in left:
+            # A failed graph still owns its windows: it is tried again (a starting one is its swap's to start).
+            if record.state in (GraphState.RUNNING, GraphState.FAILED) and record.query_id not in left:
                 self.graphs.resume(record)
 
     def _deploy_initial(self, initial: QuerySource, begun: GraphRecord | None) -> None:
-        reads = self.graphs.version_reads(initial, self.graphs.namespace_source)
-        shape = self.graphs.validate(initial, None, reads)
+        """The namespace's first query (or the one an earlier executor began to deploy), admitted as
+        any submit is, against no query: a query that is refused ends `hotswap run` with its reason."""
+        analysed = self._analyser.analyse(initial, basis_for((), None, self.graphs.get, self.graphs.namespace_source))
+        if analysed.error is not None:
+            raise analysed.error
+        shape = analysed.shape
+        assert shape is not None
         if shape.window_ms != self.settings.window.ms:
             log.info(
                 "query window differs from the service window; routing uses the service window",
@@ -242,19 +249,7 @@ class Executor:
                 service_window_ms=self.settings.window.ms,
             )
         query_id = begun.query_id if begun else self.graphs.unique_id(initial.name, set())
-        engine, partitions = self.graphs.layout()
-        record = begun or GraphRecord(
-            query_id=query_id,
-            source=initial,
-            window_ms=shape.window_ms,
-            topic=self.settings.names.graph_topic(query_id),
-            group_columns=shape.group_columns,
-            spark_query_id=new_spark_query_id(),
-            reads=reads,
-            slide_ms=shape.windowing.slide_ms,
-            engine=engine,
-            partitions=partitions,
-        )
+        record = begun or self._analyser.graph_record(analysed, query_id)
         self.graphs.deploy_first(record)
         log.info("initial execution graph running", query_id=query_id, windows=shape.windowing.describe())
 

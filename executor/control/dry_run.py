@@ -2,9 +2,9 @@
 and say what a submit would do now, changing nothing.
 
 The CLI leaves a request in Redis (contract.plans); the executor's loop takes it, validates the
-query on a worker thread (as admission does: the loop never waits for it, and validation_timeout
-bounds it), and writes the plan back with a time-to-live. Nothing else is written: no journal
-entry, no graph record, no topic.
+query on a worker thread with admission's own analysis (admission.py: the same basis, the same
+reasons; the loop never waits for it, and validation_timeout bounds it), and writes the plan back
+with a time-to-live. Nothing else is written: no journal entry, no graph record, no topic.
 """
 
 from __future__ import annotations
@@ -19,19 +19,16 @@ import structlog
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from hotswap.contract.causes import first_line
-from hotswap.contract.errors import HotswapError
-from hotswap.contract.journal import Journal, SwapRecord
+from hotswap.contract.journal import Journal
 from hotswap.contract.models import GraphRecord
 from hotswap.contract.names import Keys
 from hotswap.contract.plans import DRY_RUN_TTL_S, DryRunPlan, DryRunRequest
 from hotswap.contract.reasons import ReasonCode
-from hotswap.contract.records import read_current, read_graphs, read_service_state
+from hotswap.contract.records import read_current, read_graphs_named, read_service_state
 from hotswap.contract.settings import Settings
-from hotswap.contract.windows import Windowing, cut_boundary
-from hotswap.execution_graph.errors import QueryRejected
+from hotswap.contract.windows import cut_boundary
 from hotswap.execution_graph.graph import events_stream
-from hotswap.executor.control.admission import on_own_thread
+from hotswap.executor.control.admission import Analyser, basis_for, not_validated_in_time, on_own_thread, rejection
 from hotswap.executor.control.graphs import Graphs
 
 log = structlog.get_logger(__name__)
@@ -42,24 +39,6 @@ ANSWERED_PER_TICK = 2  # a burst of dry runs must not hold the loop for long
 def schema_ddl(schema: T.StructType) -> str:
     """A schema as DDL: `key STRING, value DOUBLE, ts BIGINT, event_time TIMESTAMP`."""
     return ", ".join(f"{field.name} {field.dataType.simpleString().upper()}" for field in schema.fields)
-
-
-def predecessor(
-    swaps: list[SwapRecord], current: str | None, graphs: dict[str, GraphRecord]
-) -> tuple[str | None, Windowing | None]:
-    """The query a swap submitted now would replace when its turn came, and its windows: the
-    target of the last swap in flight, or the current query."""
-    query_id, windows = current, graphs[current].windowing if current in graphs else None
-    for swap in swaps:
-        if swap.state.is_in_flight:
-            query_id = swap.to_query
-            if query_id in graphs:
-                windows = graphs[query_id].windowing
-            elif swap.new_window_ms is not None:
-                windows = Windowing.of(swap.new_window_ms, swap.new_slide_ms)
-            else:
-                windows = None
-    return query_id, windows
 
 
 class DryRuns:
@@ -76,6 +55,7 @@ class DryRuns:
         self._spark = spark
         self._redis = client
         self._graphs = graphs
+        self._analyser = Analyser(settings, graphs)
         self._keys = Keys(settings.namespace)
         self._worker = worker
         self._clock = clock
@@ -96,12 +76,8 @@ class DryRuns:
             if work.done():
                 plan = self._outcome(request, work)
             elif self._clock() - started > self._settings.validation_timeout.s:
-                plan = self._refused(
-                    request,
-                    f"query {request.source.name!r} was not validated within {self._settings.validation_timeout} "
-                    "(validation_timeout): its analysis (or its Python code) does not end",
-                    ReasonCode.VALIDATION_TIMEOUT,
-                )
+                reason = not_validated_in_time(request.source, self._settings.validation_timeout)
+                plan = self._refused(request, reason, ReasonCode.VALIDATION_TIMEOUT)
             else:
                 return
             self._pending = None
@@ -125,8 +101,7 @@ class DryRuns:
         try:
             return work.result()
         except BaseException as exc:  # noqa: BLE001 - user code (sys.exit() too) must not stop the executor
-            reason = f"query {request.source.name!r} could not be validated: {type(exc).__name__}: {first_line(exc)}"
-            return self._refused(request, reason, ReasonCode.QUERY_RAISED)
+            return self._refused(request, *rejection(request.source, exc))
 
     @staticmethod
     def _refused(request: DryRunRequest, reason: str, code: ReasonCode) -> DryRunPlan:
@@ -135,42 +110,43 @@ class DryRuns:
         )
 
     def plan(self, request: DryRunRequest) -> DryRunPlan:
+        """What a submit of the query would do now (run on the dry run's worker thread): admission's
+        analysis against the query it would replace when its turn came, and the cut taken now."""
         swaps = Journal(self._redis, self._keys).all()
-        graphs = read_graphs(self._redis, self._keys)
         current = read_current(self._redis, self._keys)
-        replaces, old_windows = predecessor(swaps, current.query_id if current else None, graphs)
+        basis = basis_for(swaps, current.query_id if current else None, self._graph, self._graphs.namespace_source)
         service = read_service_state(self._redis, self._keys)
         lateness = self._settings.lateness.ms
         base = DryRunPlan(
             request_id=request.id,
             query=request.source.name,
             valid=False,
-            replaces=replaces,
-            replaces_window_ms=old_windows.size_ms if old_windows else None,
+            replaces=basis.query_id,
+            replaces_window_ms=basis.windows.size_ms if basis.windows else None,
             lateness_ms=lateness,
             service_watermark=service.watermark,
             ahead=tuple(s.id for s in swaps if not s.state.is_terminal),
         )
-        # The same `events` a deployed graph of this version would read, on a topic that is never read:
-        # the schema the query declares, else the one of the query it would replace (as admission does).
-        previous = graphs.get(replaces) if replaces else None
-        try:
-            reads = self._graphs.version_reads(
-                request.source, previous.reads if previous else self._graphs.namespace_source
-            )
-            stream = events_stream(self._spark, self._settings, self._settings.names.graph_topic("validation"), reads)
-            base = base.changed(schema_ddl=schema_ddl(stream.schema))
-            shape = self._graphs.validate(request.source, old_windows.grid_ms if old_windows else None, reads)
-        except QueryRejected as exc:
-            return base.changed(reason=str(exc), reason_code=exc.reason_code)
-        except HotswapError as exc:
-            return base.changed(reason=str(exc), reason_code=ReasonCode.QUERY_INVALID)
-        except Exception as exc:  # noqa: BLE001 - validation runs user code; nothing in it may stop the executor
-            reason = f"query {request.source.name!r} could not be validated: {first_line(exc)}"
-            return base.changed(reason=reason, reason_code=ReasonCode.QUERY_RAISED)
+        analysed = self._analyser.analyse(request.source, basis)
+        if analysed.reads is not None:
+            # The `events` a deployed graph of this version would read, on a topic that is never read.
+            try:
+                stream = events_stream(
+                    self._spark, self._settings, self._settings.names.graph_topic("validation"), analysed.reads
+                )
+                base = base.changed(schema_ddl=schema_ddl(stream.schema))
+            except Exception as exc:  # noqa: BLE001 - said as a rejection: nothing here may stop the executor
+                reason, code = rejection(request.source, exc)
+                return base.changed(reason=reason, reason_code=code)
+        refused = analysed.rejection
+        if refused is not None:
+            reason, code = refused
+            return base.changed(reason=reason, reason_code=code)
+        shape = analysed.shape
+        assert shape is not None
         cut = None
-        if service.max_window_end is not None and old_windows is not None:
-            cut = cut_boundary(service.max_window_end, old_windows, shape.windowing, service.watermark)
+        if service.max_window_end is not None and basis.windows is not None:
+            cut = cut_boundary(service.max_window_end, basis.windows, shape.windowing, service.watermark)
         return base.changed(
             valid=True,
             window_ms=shape.window_ms,
@@ -180,3 +156,6 @@ class DryRuns:
             cut_window_end=cut,
             floor=None if cut is None else cut + lateness,
         )
+
+    def _graph(self, query_id: str) -> GraphRecord | None:
+        return read_graphs_named(self._redis, self._keys, [query_id]).get(query_id)

@@ -206,7 +206,7 @@ class Graphs:
                     "(deploy_timeout)"
                 )
             time.sleep(0.2)
-        running = record.changed(state=GraphState.RUNNING, started_at=record.started_at or now_ms())
+        running = record.moved(GraphState.RUNNING)
         current = CurrentQuery(query_id=running.query_id, started_at=running.started_at or now_ms())
 
         def queue(batch: Batch) -> None:
@@ -246,6 +246,9 @@ class Graphs:
             record = self.get(query_id)
             if record is None:
                 continue
+            if record.state.is_ended:  # retired or discarded: its query must not run, let alone restart
+                self.runner.stop(query_id)
+                continue
             if is_checkpoint_conflict(failure) and restarts.forgives_conflict(now, self._settings.retry_deadline.s):
                 # A stalled predecessor's Spark still writes this checkpoint: retry, uncounted, until
                 # its queries stop (it exits once it wakes without its lease) or retry_deadline passes.
@@ -269,7 +272,8 @@ class Graphs:
                 why = f"{failure}; {over_budget}" if over_budget else failure
                 log.error("execution graph failed for good", query_id=query_id, attempts=restarts.attempts, error=why)
                 self.runner.stop(query_id)
-                self.save(record.changed(state=GraphState.FAILED))
+                if record.state is not GraphState.FAILED:  # else resumed after it failed, and failed again
+                    self.save(record.moved(GraphState.FAILED))
                 failed.append((record, why))
                 continue
             if new_failure:
@@ -395,20 +399,22 @@ class Graphs:
             self._topics.delete(record.topic)
 
     def discard(self, query_id: str) -> None:
-        """Remove a graph that never served (its swap failed or was aborted before the cut)."""
+        """Remove a graph that never served (its swap failed or was aborted before the cut, or no open
+        swap needs it): its query stops, it is recorded `discarded`, and its topic goes unless another
+        graph reads it."""
         self.runner.stop(query_id)
         record = self.get(query_id)
         if record is not None:
-            if record.state is not GraphState.FAILED or record.retired_at is None:
-                self.save(record.changed(state=GraphState.FAILED, retired_at=now_ms()))
+            if not record.state.is_ended:
+                self.save(record.moved(GraphState.DISCARDED))
             if not self._topic_in_use(record):
                 self._topics.delete(record.topic)
 
     def forget(self, record: GraphRecord) -> None:
-        """Remove what a retired graph left behind (retention): its checkpoint, then its record,
-        progress and counters (its topics go with the sweep's). Each step can be repeated, so a
+        """Remove what a retired or discarded graph left behind (retention): its checkpoint, then its
+        record, progress and counters (its topics go with the sweep's). Each step can be repeated, so a
         crash halfway is finished by the next sweep."""
-        assert record.retired_at is not None, record.query_id
+        assert record.state.is_ended, record.query_id
         self.runner.remove_checkpoint(record.query_id)
         base, number = numbered(record.query_id)
         raw = self._redis.hget(self._keys.forgotten_names, base)
@@ -427,14 +433,10 @@ class Graphs:
 
     def _topic_in_use(self, record: GraphRecord) -> bool:
         """Whether another graph still needs this graph's topic: one that took over a failed graph's
-        buffer, or the failed graph itself (it owns its windows until it is retired)."""
-
-        def needs(other: GraphRecord) -> bool:
-            failed_owner = other.state is GraphState.FAILED and other.retired_at is None
-            return other.state in (GraphState.STARTING, GraphState.RUNNING) or failed_owner
-
+        buffer, or the failed graph itself (it owns its windows until it is retired): any that has
+        not ended."""
         return any(
-            other.topic == record.topic and other.query_id != record.query_id and needs(other)
+            other.topic == record.topic and other.query_id != record.query_id and not other.state.is_ended
             for other in self.records().values()
         )
 

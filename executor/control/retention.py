@@ -5,9 +5,10 @@ checkpoint and a topic. Kept forever, they grow Redis, the brokers and the disk 
 and every batch's ownership read grows with the journal. So once a minute the executor sweeps:
 
 - The journal keeps the newest `journal_retention` ended swaps. Older ended swaps are forgotten,
-  oldest first, as long as none of their queries still serves, is still owed windows (failed and
-  not retired), or belongs to an open swap; and none is named by a swap that stays.
-- A retired graph that no kept swap names is forgotten: its topics, its checkpoint, its record.
+  oldest first, as long as none of their queries still serves, is still owed windows (`failed`), or
+  belongs to an open swap; and none is named by a swap that stays.
+- A retired or discarded graph that no kept swap names is forgotten: its topics, its checkpoint, its
+  record.
 - A topic of a graph that no longer serves is deleted again if it came back: a broker with
   `auto.create.topics.enable` recreates a deleted topic when a producer that wrote there refreshes
   its metadata (a watermark marker sent just before the delete, or Spark's producer for up to
@@ -27,7 +28,7 @@ import redis
 import structlog
 
 from hotswap.contract.journal import Journal, SwapRecord
-from hotswap.contract.models import CurrentQuery, GraphRecord, GraphState
+from hotswap.contract.models import CurrentQuery, GraphRecord
 from hotswap.contract.settings import Settings
 from hotswap.executor.control.graphs import Graphs
 from hotswap.executor.control.topics import Topics
@@ -40,8 +41,8 @@ MOST_PER_SWEEP = 20  # swaps forgotten in one write: a long backlog is worked of
 
 
 def serving(record: GraphRecord) -> bool:
-    """Whether a graph still serves or is owed windows: starting, running, or failed and not retired."""
-    return record.state in (GraphState.STARTING, GraphState.RUNNING) or record.retired_at is None
+    """Whether a graph still serves or is owed windows: starting, running or failed; not retired or discarded."""
+    return not record.state.is_ended
 
 
 def live_queries(
@@ -82,7 +83,7 @@ def forgettable_swaps(swaps: list[SwapRecord], live: set[str], keep: int) -> lis
 
 
 class Retention:
-    """The executor's sweep: forgets old swaps and retired graphs, and deletes topics that came back.
+    """The executor's sweep: forgets old swaps and ended graphs, and deletes topics that came back.
 
     It runs on a thread of its own, at most one at a time: deleting topics and checkpoints talks to
     Kafka and the file system, which may be slow or away, and the executor's loop never waits for it.
@@ -141,9 +142,9 @@ class Retention:
             swaps = [s for s in swaps if s.id not in gone]
         named = {q for s in swaps for q in named_queries(s)}
         for query_id, record in sorted(records.items()):
-            if query_id not in live and query_id not in named and record.retired_at is not None:
+            if query_id not in live and query_id not in named and record.state.is_ended:
                 self._graphs.forget(record)
-                log.info("retired graph forgotten: its record and checkpoint", query_id=query_id)
+                log.info("ended graph forgotten: its record and checkpoint", query_id=query_id, state=record.state)
         if not self._settings.keep_retired_topics:
             self._delete_unneeded_topics(existing, records, live, named)
 

@@ -302,9 +302,7 @@ class SwapProtocol:
         if ready:
             crash_point("before:deployed")  # the new query runs; `deployed` is not written yet
             graph = self._graphs.get(swap.to_query)
-            running = (
-                [graph.changed(state=GraphState.RUNNING, started_at=graph.started_at or now_ms())] if graph else []
-            )
+            running = [graph.moved(GraphState.RUNNING)] if graph else []
             deployed = self._journal.advance(
                 swap, SwapPhase.DEPLOYED, when=lambda r: r.state is SwapPhase.DEPLOYING, also=Also(graphs=running)
             )
@@ -417,7 +415,7 @@ class SwapProtocol:
             crash_point("after:old-stopped")  # stopped; `retired` not written yet
             old = self._graphs.get(swap.from_query)
             if old is not None and old.state is not GraphState.RETIRED:
-                retired.append(old.changed(state=GraphState.RETIRED, retired_at=now_ms()))
+                retired.append(old.moved(GraphState.RETIRED))
         done = self._journal.advance(
             swap, SwapPhase.RETIRED, when=lambda r: r.state is SwapPhase.RETIRING, also=Also(graphs=retired)
         )
@@ -615,7 +613,7 @@ class SwapProtocol:
             return  # rejected (it has no graph), or its graph serves
         record = self._graphs.get(swap.to_query)
         running = swap.to_query in self._graphs.runner.known()
-        if running or (record is not None and record.state in (GraphState.STARTING, GraphState.RUNNING)):
+        if running or (record is not None and not record.state.is_ended):
             log.info("removing graph of ended swap", swap_id=swap.id, query_id=swap.to_query, state=swap.state)
             self._graphs.discard(swap.to_query)
 
@@ -629,6 +627,6 @@ class SwapProtocol:
         if reached_cut(self._progress.committed_through(swap.from_query), swap.cut_window_end):
             if not self._graphs.stop(swap.from_query):
                 return  # stopping: the next step looks again
-            self._graphs.save(old.changed(state=GraphState.RETIRED, retired_at=now_ms()))
+            self._graphs.save(old.moved(GraphState.RETIRED))
             self._graphs.remove_topic(old)
             self._progress.forget(swap.from_query)

@@ -40,7 +40,7 @@ def test_a_queued_swap_replaces_whatever_serves_when_its_turn_comes(world: World
     assert world.journal.get(c).from_query == "a"
     assert world.journal.get(c).old_window_ms == 10_000
     assert world.graphs.fake_runner.started == ["a", "b", "c"]
-    assert world.graph_state("b") is GraphState.FAILED  # the aborted swap's graph is removed
+    assert world.graph_state("b") is GraphState.DISCARDED  # the aborted swap's graph is removed
 
 
 def test_a_queued_swap_is_checked_again_against_its_real_predecessor(world: World) -> None:

@@ -133,7 +133,7 @@ def test_a_new_graph_that_does_not_start_fails_its_swap_and_the_old_query_keeps_
     current = world.graphs.current()
     assert current is not None
     assert current.query_id == "a"
-    assert world.graph_state("b") is GraphState.FAILED
+    assert world.graph_state("b") is GraphState.DISCARDED
     assert "b" not in world.graphs.fake_runner.queries
 
 
@@ -168,7 +168,7 @@ def test_a_new_query_that_dies_before_the_cut_fails_its_swap_and_the_old_query_k
     assert record.reason_code is ReasonCode.QUERY_FAILED_BEFORE_CUT
     assert record.cut_window_end is None
     assert world.graph_state("a") is GraphState.RUNNING
-    assert world.graph_state("b") is GraphState.FAILED
+    assert world.graph_state("b") is GraphState.DISCARDED
     assert world.graphs.fake_topics.deleted == [world.settings.names.graph_topic("b")]
 
 
@@ -205,7 +205,7 @@ def test_a_deploy_is_checked_on_later_steps_and_never_waited_for(world: World) -
     assert (record.state, record.reason_code) == (SwapPhase.FAILED, ReasonCode.DEPLOY_TIMEOUT)
     assert record.error == "execution graph b was not running after 120s (deploy_timeout); the old query keeps serving"
     assert "b" not in world.graphs.fake_runner.known()
-    assert world.graph_state("b") is GraphState.FAILED
+    assert world.graph_state("b") is GraphState.DISCARDED
 
 
 def test_a_graph_that_starts_late_is_recorded_running_with_deployed_in_one_write(world: World) -> None:

@@ -72,7 +72,7 @@ def test_an_aborted_queued_swap_is_skipped_and_its_successor_replaces_the_query_
     assert world.state(d) is SwapPhase.DEPLOYED
     assert world.journal.get(d).from_query == "b"
     assert "c" not in world.graphs.fake_runner.started
-    assert world.graph_state("c") is GraphState.FAILED  # its record is cleaned up, its topic removed
+    assert world.graph_state("c") is GraphState.DISCARDED  # never served: discarded, its topic removed
     assert world.settings.names.graph_topic("c") in world.graphs.fake_topics.deleted
 
 

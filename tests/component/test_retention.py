@@ -94,7 +94,7 @@ def test_a_query_that_failed_and_still_owes_windows_is_kept(world: World) -> Non
     swap_through(world, ["b", "c", "d"])
     failed = world.graphs.get("d")
     assert failed is not None
-    world.graphs.save(failed.changed(state=GraphState.FAILED))  # failed for good, not retired: owns windows
+    world.graphs.save(failed.changed(state=GraphState.FAILED))  # failed for good: it still owns its windows
     for name in ("e", "f", "g"):
         world.journal.create(SwapRecord(id=f"x-{name}", to_query=name, source=query(name), state=SwapPhase.SUBMITTED))
         world.journal.advance(f"x-{name}", SwapPhase.REJECTED, when=lambda r: r.state is SwapPhase.SUBMITTED)

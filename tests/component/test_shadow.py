@@ -102,6 +102,7 @@ def test_an_aborted_shadow_leaves_the_current_query_as_it_was(world: World) -> N
     assert world.state(swap_id) is SwapPhase.ABORTED
     assert plan(world) == [("a", None, None)]
     assert world.graphs.fake_runner.stopped.count("b") >= 1
+    assert world.graph_state("b") is GraphState.DISCARDED  # it never served
     current = world.graphs.current()
     assert current is not None
     assert current.query_id == "a"
@@ -118,3 +119,4 @@ def test_a_shadow_whose_query_dies_fails_and_the_current_query_serves_on(world: 
     assert failed.error is not None
     assert "[DIVIDE_BY_ZERO] Division by zero" in failed.error
     assert plan(world) == [("a", None, None)]
+    assert world.graph_state("b") is GraphState.DISCARDED

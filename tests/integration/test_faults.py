@@ -201,7 +201,7 @@ def test_a_query_failing_before_the_cut_fails_the_swap_and_the_old_query_keeps_s
     assert "the old query keeps serving" in (ended.error or "")
     assert status.current is not None
     assert status.current.query_id == "count_per_key"
-    assert status.graphs["broken_start"].state is GraphState.FAILED
+    assert status.graphs["broken_start"].state is GraphState.DISCARDED  # it never served
     assert not read_topic(settings, settings.names.graph_topic("broken_start"))
 
 
@@ -233,7 +233,7 @@ def test_abort_works_until_the_cut(settings: Settings, spark: SparkSession, clie
         # Queued behind the deploy, the executor has not even validated this one yet.
         queued = client.journal.create(SwapRecord(id="queued", to_query="max", source=load_query_source(MAX_30S)))
         aborted = [client.abort(deploying.id), client.abort(queued.id)]
-        wait_until(lambda: client.status().graphs[deploying.to_query].state is GraphState.FAILED, 120, "clean-up")
+        wait_until(lambda: client.status().graphs[deploying.to_query].state is GraphState.DISCARDED, 120, "clean-up")
         current = client.status().current
         assert current is not None
         assert current.query_id == "count_per_key"

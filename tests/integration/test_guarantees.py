@@ -176,7 +176,7 @@ def test_submit_b_submit_c_abort_b_and_c_replaces_a(
         truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
         status = client.status()
     assert client.journal.get(b.id).state is SwapPhase.ABORTED
-    assert status.graphs[b.to_query].state is GraphState.FAILED
+    assert status.graphs[b.to_query].state is GraphState.DISCARDED  # it never served
     assert done.from_query == "count_per_key"
     check_two_versions(truth, client, c.id)
 

@@ -39,7 +39,8 @@ from hotswap.contract.settings import Settings
 from hotswap.contract.source import SourceSpec
 from hotswap.contract.windows import Windowing
 from hotswap.executor.control import dry_run
-from hotswap.executor.control.dry_run import DryRuns, predecessor
+from hotswap.executor.control.admission import Basis, basis_for
+from hotswap.executor.control.dry_run import DryRuns
 from hotswap.executor.operator import cli, client
 from hotswap.executor.operator.client import Client
 from hotswap.executor.operator.dashboard import page
@@ -601,6 +602,7 @@ def test_a_rejected_dry_run_says_why(server: fakeredis.FakeServer, monkeypatch: 
 
 
 def test_the_query_a_submit_would_replace_is_the_last_one_in_flight() -> None:
+    """Admission's basis, which a dry run reads too (executor/control/admission.py, basis_for)."""
     a = GraphRecord(
         query_id="a",
         source=source("a"),
@@ -612,8 +614,11 @@ def test_the_query_a_submit_would_replace_is_the_last_one_in_flight() -> None:
     )
     queued = SwapRecord(id="q", to_query="z", state=SwapPhase.VALIDATED, new_window_ms=20_000, new_slide_ms=20_000)
     graphs = {"a": a}
-    assert predecessor([], "a", graphs) == ("a", Windowing(10_000, 10_000))
-    assert predecessor([queued], "a", graphs) == ("z", Windowing(20_000, 20_000))
+    namespace = DEMO_SOURCE.changed(timestamp_format="yyyy-MM-dd HH:mm:ss")  # not the one a reads
+    assert basis_for([], "a", graphs.get, namespace) == Basis("a", Windowing(10_000, 10_000), DEMO_SOURCE)
+    # z is recorded with `validated`; its windows are the swap's as validated all the same.
+    assert basis_for([queued], "a", graphs.get, namespace) == Basis("z", Windowing(20_000, 20_000), namespace)
+    assert basis_for([], None, graphs.get, namespace) == Basis(None, None, namespace)  # the namespace's first query
 
 
 def test_a_rejected_dry_run_exits_1_with_the_plan_on_stdout(
