@@ -25,7 +25,7 @@ from hotswap.contract.errors import HotswapError
 from hotswap.contract.fence import Batch, Fence, write
 from hotswap.contract.models import CurrentQuery, GraphRecord, QuerySource, Record, now_ms
 from hotswap.contract.names import Keys
-from hotswap.contract.phases import IllegalTransition, SwapPhase, check_transition
+from hotswap.contract.phases import Driver, IllegalTransition, SwapPhase, Wait, check_transition, driven_by, wait_of
 from hotswap.contract.reasons import ReasonCode
 
 __all__ = [
@@ -113,6 +113,11 @@ class SwapRecord(Record):
     @property
     def is_recovery(self) -> bool:
         return self.recovers is not None or self.replaces is not None
+
+    @property
+    def wait(self) -> Wait | None:
+        """What the swap waits for now (the phase table's row for its phase and kind); None once ended."""
+        return wait_of(self)
 
     def advanced(
         self, target: SwapPhase, *, error: str | None = None, reason_code: ReasonCode | None = None, **changes: object
@@ -257,15 +262,14 @@ class Journal:
         return self._compare_and_set(swap, change, also or Also())
 
     def record_cut(self, swap_id: str | SwapRecord, boundary: int, batch_id: int, **changes: Any) -> SwapRecord | None:
-        """The service graph's cut: W and the batch it first applies to, only while the swap is still
-        `deployed` (an abort that got there first wins; then None). `also=Also(queue=...)` adds the
-        batch's other writes (its routing plan, say) to the same fenced write."""
+        """The service graph's cut: W and the batch it first applies to, only while the swap waits for
+        a cut the service graph's batch takes (the phase table says which); an abort that got there
+        first wins, and then None. `also=Also(queue=...)` adds the batch's other writes (its routing
+        plan, say) to the same fenced write."""
         return self.advance(
             swap_id,
             SwapPhase.CUT,
-            when=lambda record: (
-                record.state is SwapPhase.DEPLOYED or (record.state is SwapPhase.SHADOWING and record.promote)
-            ),
+            when=lambda record: driven_by(record, Driver.SERVICE_BATCH) in (Wait.CUT, Wait.PROMOTED_CUT),
             cut_window_end=boundary,
             cut_batch=batch_id,
             **changes,
@@ -273,11 +277,11 @@ class Journal:
 
     def record_shadow_start(self, swap_id: str | SwapRecord, since: int, batch_id: int) -> SwapRecord | None:
         """The service graph's start of a shadow: S, recorded before the batch it applies to, only
-        while the swap is still `deployed` (an abort that got there first wins; then None)."""
+        while the swap waits for it (an abort that got there first wins; then None)."""
         return self.advance(
             swap_id,
             SwapPhase.SHADOWING,
-            when=lambda record: record.state is SwapPhase.DEPLOYED and record.shadow,
+            when=lambda record: driven_by(record, Driver.SERVICE_BATCH) is Wait.SHADOW_START,
             shadow_since=since,
             shadow_batch=batch_id,
         )
@@ -293,8 +297,14 @@ class Journal:
         return self._compare_and_set(swap_id, change, Also())
 
     def record_draining(self, swap_id: str | SwapRecord, **changes: Any) -> SwapRecord | None:
-        """The service watermark passed W; None if another writer recorded it first."""
-        return self.advance(swap_id, SwapPhase.DRAINING, when=lambda record: record.state is SwapPhase.CUT, **changes)
+        """The service watermark passed W, while the swap waits for it; None if another writer
+        recorded it first."""
+        return self.advance(
+            swap_id,
+            SwapPhase.DRAINING,
+            when=lambda record: driven_by(record, Driver.SERVICE_BATCH) is Wait.WATERMARK,
+            **changes,
+        )
 
     def update(self, swap_id: str | SwapRecord, **changes: object) -> SwapRecord | None:
         """Change fields other than the phase (for example `markers_written`)."""

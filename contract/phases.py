@@ -2,13 +2,19 @@
 
 For each phase, `TABLE` says where a swap may go next (and what each move records), its stage (before
 the cut, past it, stranded, ended), whether the old graph still owns rows before W, and what the swap
-waits for there, for an ordinary swap and for a recovery (a rollback or fix forward that takes over a
-stranded swap's input). The executor dispatches its step on that wait (executor/control/swap.py, one
-handler per wait), `status` says it with the text below, and docs/swap-states.md draws the table
-(`make schema` writes it; a unit test fails while it is stale).
+waits for there, for an ordinary swap, a recovery (a rollback or fix forward that takes over a
+stranded swap's input), a shadow, and a shadow an operator promoted. `WAITS` says, for each wait,
+who moves the swap on from it (its `Driver`: the executor's loop, the service graph's batch, or an
+operator) and what `status` says meanwhile.
 
-A new phase is one more row: for example a shadow run would add `shadowing` between `deployed` and
-`cut`, with its own wait, and `abort` as one of its moves.
+Both loops act on a swap through `driven_by`: the executor's step dispatches on the waits it moves
+on (executor/control/swap.py, one handler per wait) and only watches the others' time; the service
+graph's batch takes a cut, or starts a shadow, exactly when the active swap's wait is its own
+(service_graph/query.py); and the journal checks the same again inside the write that records the
+move (contract/journal.py). docs/swap-states.md draws both tables (`make schema` writes it; a unit
+test fails while it is stale).
+
+A new phase is one more row and the handler of its wait (a new wait is one more row of `WAITS`).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from types import MappingProxyType
+from typing import Protocol
 
 from hotswap.contract.errors import HotswapError
 
@@ -92,12 +99,15 @@ class SwapPhase(StrEnum):
     def can_become(self, target: SwapPhase) -> bool:
         return target in self.rule.next
 
-    def waits_for(self, *, recovery: bool, shadow: bool = False) -> Wait | None:
+    def waits_for(self, *, recovery: bool, shadow: bool = False, promoted: bool = False) -> Wait | None:
         """What a swap in this phase waits for: a recovery's differs where it has nothing to cut or
-        drain, a shadow's where it starts at S instead of cutting."""
+        drain, a shadow's where it starts at S instead of cutting, and a promoted shadow's where the
+        operator's promotion is asked for and its cut is due."""
         rule = self.rule
         if recovery:
             return rule.recovery_waits or rule.waits
+        if shadow and promoted and rule.promoted_waits:
+            return rule.promoted_waits
         if shadow:
             return rule.shadow_waits or rule.waits
         return rule.waits
@@ -111,9 +121,18 @@ class Stage(StrEnum):
     ENDED_PAST_CUT = "ended past the cut"  # its cut moved ownership for good
 
 
+class Driver(StrEnum):
+    """Who moves a swap on from what it waits for."""
+
+    EXECUTOR = "executor"  # the executor's loop: one handler per wait (executor/control/swap.py)
+    SERVICE_BATCH = "service graph batch"  # the service graph, at a micro-batch boundary or a tick
+    OPERATOR = "operator"  # a command: `hotswap promote`, `abort`, `rollback`, `submit --fix`
+
+
 class Wait(StrEnum):
-    """What a swap waits for. Each has one status text (`WAIT_TEXT`) and, when the executor drives
-    it, one handler in executor/control/swap.py."""
+    """What a swap waits for. Each has one row in `WAITS`: who moves the swap on from it and what
+    `status` says meanwhile; when its driver is the executor, it has one handler in
+    executor/control/swap.py, when it is the service graph's batch, one in service_graph/query.py."""
 
     VALIDATION = "validation"
     TURN = "turn"
@@ -121,6 +140,7 @@ class Wait(StrEnum):
     CUT = "cut"
     SHADOW_START = "shadow start"
     PROMOTION = "promotion"
+    PROMOTED_CUT = "promoted cut"
     STOP_POINT = "stop point"
     WATERMARK = "watermark"
     NOTHING_TO_DRAIN = "nothing to drain"
@@ -129,6 +149,10 @@ class Wait(StrEnum):
     OLD_GRAPH_STOP = "old graph stop"
     COMPLETION = "completion"
     TAKEOVER = "takeover"
+
+    @property
+    def driver(self) -> Driver:
+        return WAITS[self].driver
 
 
 @dataclass(frozen=True)
@@ -139,6 +163,7 @@ class PhaseRule:
     waits: Wait | None = None
     recovery_waits: Wait | None = None  # where a recovery waits for something else
     shadow_waits: Wait | None = None  # where a shadow waits for something else
+    promoted_waits: Wait | None = None  # where a shadow an operator promoted waits for something else
     drains: bool = False  # the old graph still owns rows before W
 
 
@@ -198,6 +223,7 @@ TABLE: Mapping[SwapPhase, PhaseRule] = MappingProxyType(
                 P.ABORTED: _ABORT,
             },
             waits=Wait.PROMOTION,
+            promoted_waits=Wait.PROMOTED_CUT,
         ),
         P.CUT: PhaseRule(
             Stage.PAST_CUT,
@@ -236,26 +262,82 @@ TABLE: Mapping[SwapPhase, PhaseRule] = MappingProxyType(
     }
 )
 
-# What `status` says a swap waits for, one line per wait; the fields come from WaitFacts.
-WAIT_TEXT: Mapping[Wait, str] = MappingProxyType(
+
+@dataclass(frozen=True)
+class WaitRule:
+    driver: Driver  # who moves the swap on from this wait
+    text: str  # what `status` says a swap waits for, in one line; the fields come from WaitFacts
+
+
+_PROMOTION = "an operator: `hotswap diff {id}`, then `hotswap promote {id}` or `hotswap abort {id}`"
+
+# Who moves a swap on from each wait, and what `status` says while it waits. The executor dispatches
+# its step on the waits it drives and only watches the time of the others; the service graph's batch
+# moves a swap on from its own waits alone; an operator's command ends the operator's.
+WAITS: Mapping[Wait, WaitRule] = MappingProxyType(
     {
-        Wait.VALIDATION: "validation by the executor",
-        Wait.TURN: "its turn: {turn}",
-        Wait.GRAPH_START: "its new graph {to_query} to start (deploying for {elapsed})",
-        Wait.CUT: "the cut at the service graph's next batch or tick",
-        Wait.SHADOW_START: "its start S at the service graph's next batch or tick",
-        Wait.PROMOTION: "an operator: `hotswap diff {id}`, then `hotswap promote {id}` or `hotswap abort {id}`"
-        "{promoting}",
-        Wait.STOP_POINT: "the executor to record where {from_query} stopped",
-        Wait.WATERMARK: "drain: service watermark {watermark} < W {cut}{idle}",
-        Wait.NOTHING_TO_DRAIN: "the executor to record that {from_query}, which failed, has nothing to drain",
-        Wait.OLD_GRAPH_OUTPUT: "{from_query} to emit its windows through W {cut} (its watermark {old_watermark}){old}",
-        Wait.RETIRE: "the executor to retire {from_query}",
-        Wait.OLD_GRAPH_STOP: "{from_query} to stop",
-        Wait.COMPLETION: "the executor to make {to_query} current",
-        Wait.TAKEOVER: "`hotswap rollback {id}` or `hotswap submit FILE --fix {id}` to take over its input{taker}",
+        Wait.VALIDATION: WaitRule(Driver.EXECUTOR, "validation by the executor"),
+        Wait.TURN: WaitRule(Driver.EXECUTOR, "its turn: {turn}"),
+        Wait.GRAPH_START: WaitRule(Driver.EXECUTOR, "its new graph {to_query} to start (deploying for {elapsed})"),
+        Wait.CUT: WaitRule(Driver.SERVICE_BATCH, "the cut at the service graph's next batch or tick"),
+        Wait.SHADOW_START: WaitRule(Driver.SERVICE_BATCH, "its start S at the service graph's next batch or tick"),
+        Wait.PROMOTION: WaitRule(Driver.OPERATOR, _PROMOTION),
+        # `hotswap promote` was asked: the service graph's next batch or tick cuts to the shadow.
+        Wait.PROMOTED_CUT: WaitRule(
+            Driver.SERVICE_BATCH, f"{_PROMOTION}; promoted: the cut comes at the service graph's next batch or tick"
+        ),
+        Wait.STOP_POINT: WaitRule(Driver.EXECUTOR, "the executor to record where {from_query} stopped"),
+        Wait.WATERMARK: WaitRule(Driver.SERVICE_BATCH, "drain: service watermark {watermark} < W {cut}{idle}"),
+        Wait.NOTHING_TO_DRAIN: WaitRule(
+            Driver.EXECUTOR, "the executor to record that {from_query}, which failed, has nothing to drain"
+        ),
+        Wait.OLD_GRAPH_OUTPUT: WaitRule(
+            Driver.EXECUTOR, "{from_query} to emit its windows through W {cut} (its watermark {old_watermark}){old}"
+        ),
+        Wait.RETIRE: WaitRule(Driver.EXECUTOR, "the executor to retire {from_query}"),
+        Wait.OLD_GRAPH_STOP: WaitRule(Driver.EXECUTOR, "{from_query} to stop"),
+        Wait.COMPLETION: WaitRule(Driver.EXECUTOR, "the executor to make {to_query} current"),
+        # A rollback or a fix forward takes the stranded swap over: an operator's (or an automatic rollback).
+        Wait.TAKEOVER: WaitRule(
+            Driver.OPERATOR,
+            "`hotswap rollback {id}` or `hotswap submit FILE --fix {id}` to take over its input{taker}",
+        ),
     }
 )
+
+# What `status` says a swap waits for, one line per wait (`WAITS`' texts).
+WAIT_TEXT: Mapping[Wait, str] = MappingProxyType({wait: rule.text for wait, rule in WAITS.items()})
+
+
+class Waiting(Protocol):
+    """What `wait_of` reads of a swap: a journal record, or its line in the status document."""
+
+    @property
+    def state(self) -> SwapPhase: ...
+
+    @property
+    def is_recovery(self) -> bool: ...
+
+    @property
+    def shadow(self) -> bool: ...
+
+    @property
+    def promote(self) -> bool: ...
+
+
+def wait_of(swap: Waiting) -> Wait | None:
+    """What `swap` waits for now, by the table's row for its phase and its kind; None once it has ended."""
+    return swap.state.waits_for(recovery=swap.is_recovery, shadow=swap.shadow, promoted=swap.promote)
+
+
+def driven_by(swap: Waiting | None, driver: Driver) -> Wait | None:
+    """What `swap` waits for, if `driver` is who moves it on from there; None otherwise (or for no swap).
+
+    The one answer to whose turn a swap is: the executor's step and the service graph's batch act on
+    a swap through it, and the journal asks it again inside the write that records the move, so a
+    writer that got there first (an operator's abort, the executor failing the swap) wins."""
+    wait = None if swap is None else wait_of(swap)
+    return wait if wait is not None and wait.driver is driver else None
 
 
 @dataclass(frozen=True)
@@ -269,7 +351,6 @@ class WaitFacts:
     old_failed: bool = False  # the old graph failed for good while it drained
     elapsed_ms: int | None = None  # time in the current phase
     taker: str | None = None  # the recovery that takes a stranded swap over
-    promoting: bool = False  # a shadow whose promotion was asked for: the cut comes at the next batch
 
 
 class IllegalTransition(HotswapError):
@@ -312,7 +393,6 @@ def wait_text(
         old=old,
         elapsed=seconds(facts.elapsed_ms),
         taker=f" (swap {facts.taker} is taking it over)" if facts.taker else "",
-        promoting="; promoted: the cut comes at the service graph's next batch or tick" if facts.promoting else "",
     )
 
 
@@ -359,20 +439,38 @@ def diagram_markdown() -> str:
     lines += [
         "```",
         "",
-        "| phase | stage | old graph owns rows before W | waits for | a recovery waits for | status says |",
-        "|---|---|---|---|---|---|",
+        "What a swap waits for in each phase, and who moves it on from there: the executor (its loop, one handler",
+        "per wait), the service graph batch (at a micro-batch boundary, or a tick between batches), or an operator",
+        "(a command). A recovery, a shadow and a promoted shadow have rows of their own where they wait for",
+        "something else.",
+        "",
+        "| phase | stage | old graph owns rows before W | for | waits for | moved on by | status says |",
+        "|---|---|---|---|---|---|---|",
     ]
     for phase, rule in TABLE.items():
-        waits = rule.waits
-        said = WAIT_TEXT[waits].replace("|", "\\|") if waits else ""
-        lines.append(
-            f"| `{phase}` | {rule.stage} | {'yes' if rule.drains else ''} | {waits or ''} | "
-            f"{rule.recovery_waits or ''} | {said} |"
-        )
-    recovery_texts = sorted({r.recovery_waits for r in TABLE.values() if r.recovery_waits}, key=list(Wait).index)
-    lines += ["", "A recovery's own waits say:", ""]
-    lines += [f"- {wait}: {WAIT_TEXT[wait]}" for wait in recovery_texts]
+        lines.append(_wait_row(f"`{phase}` | {rule.stage} | {'yes' if rule.drains else ''}", "", rule.waits))
+        for kind, wait in _other_waits(phase):
+            lines.append(_wait_row(f"`{phase}` |  | ", kind, wait))
     return "\n".join(lines) + "\n"
+
+
+def _other_waits(phase: SwapPhase) -> list[tuple[str, Wait | None]]:
+    """The kinds of swap that wait for something else in `phase` than an ordinary one, with their wait."""
+    ordinary = phase.waits_for(recovery=False)
+    shadow = phase.waits_for(recovery=False, shadow=True)
+    kinds = [
+        ("a recovery", phase.waits_for(recovery=True), ordinary),
+        ("a shadow", shadow, ordinary),
+        ("a promoted shadow", phase.waits_for(recovery=False, shadow=True, promoted=True), shadow),
+    ]
+    return [(kind, wait) for kind, wait, otherwise in kinds if wait is not otherwise]
+
+
+def _wait_row(phase: str, kind: str, wait: Wait | None) -> str:
+    if wait is None:
+        return f"| {phase} | {kind} |  |  |  |"
+    said = WAIT_TEXT[wait].replace("|", "\\|")
+    return f"| {phase} | {kind or 'a swap'} | {wait} | {wait.driver} | {said} |"
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 One streaming query reads the source topic, in micro-batches of at most `max_offsets_per_trigger`
 rows; `foreachBatch` routes each one:
-1. take the cut if a deployed swap waits for one (recorded in the journal first);
+1. take the cut, or start a shadow at S, if the active swap waits for that of the service graph's
+   batch (the phase table's driver; recorded in the journal first);
 2. write down the batch's routing plan, or reuse it if Spark is replaying the batch;
 3. read each record's event time (reading.py), route it with Spark SQL expressions (no Python UDFs)
    and write its bytes to Kafka, in one Spark job that also yields the batch's statistics (frames.py);
@@ -20,7 +21,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 import redis
 import structlog
@@ -44,6 +45,7 @@ from hotswap.contract.names import (
     STALLED,
     Keys,
 )
+from hotswap.contract.phases import Driver, Wait, driven_by
 from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.records import read_current, read_graphs_named, read_service_state
 from hotswap.contract.settings import Settings
@@ -71,6 +73,10 @@ log = structlog.get_logger(__name__)
 PLANS_KEPT = 50  # older write-ahead plans are deleted; Spark never replays more than the last batch
 TICK_ADVANCE_EVERY_S = 1.0  # an idle watermark moves markers at most this often
 
+# How the service graph moves a swap on, before the batch routes a row: the swap as moved (recorded in
+# the journal), or None if nothing was (another writer got there first).
+Move = Callable[[SwapRecord, ServiceState, int], SwapRecord | None]
+
 
 class ServiceGraph:
     """Owns the permanent routing query of one namespace."""
@@ -96,6 +102,14 @@ class ServiceGraph:
         self._source_spec: SourceSpec | None = None  # the namespace's resolved source, from start()
         self._readings: dict[str | None, Reading] = {}  # by the schema records are checked against
         self._partitions = 0  # the source topic's partition count, as last read
+        # What the service graph's batch (or tick) does for the active swap whose wait it moves on
+        # (the phase table's driver), before the batch routes a row. The one other wait it moves on,
+        # the watermark, ends after the rows are routed (`_after_routing`).
+        self.moves: Mapping[Wait, Move] = {
+            Wait.CUT: self._take_cut,
+            Wait.SHADOW_START: self._start_shadow,
+            Wait.PROMOTED_CUT: self._take_cut,
+        }
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self, source: SourceSpec | None = None) -> StreamingQuery:
@@ -252,10 +266,7 @@ class ServiceGraph:
             plan = RoutingPlan.model_validate_json(raw)
             log.info("replaying routing plan", batch=batch_id, target=plan.target_query)
             return plan
-        swaps = self._journal.open()
-        swap = active_swap(swaps)
-        if swap is not None and self._cut_due(swap) and self._take_cut(swap, state, batch_id):
-            swaps = self._journal.open()
+        swaps = self._move_on(self._journal.open(), state, batch_id)
         plan = self._next_plan(batch_id, state, swaps)
         median = median_event_time(self._reading(plan).read(batch)) if state.watermark is None else None
         plan = plan.changed(ahead_after=time_jump_limit(state.watermark, median, self._settings.max_time_jump.ms))
@@ -278,23 +289,20 @@ class ServiceGraph:
             batch_id, state, current, routing_swap(swaps), graphs, ahead_after=ahead_after, shadow=shadowing_swap(swaps)
         )
 
-    @staticmethod
-    def _cut_due(swap: SwapRecord) -> bool:
-        """A deployed swap waits for its cut (a shadow for its start S), except a recovery, whose cut
-        the executor records; a shadow waits for its promotion."""
-        if swap.state is SwapPhase.SHADOWING:
-            return swap.promote
-        return swap.state is SwapPhase.DEPLOYED and not swap.is_recovery
+    def _move_on(self, swaps: list[SwapRecord], state: ServiceState, batch_id: int) -> list[SwapRecord]:
+        """Move the active swap on if what it waits for is the service graph batch's to move on;
+        returns the open swaps, read again if it moved."""
+        swap = active_swap(swaps)
+        wait = driven_by(swap, Driver.SERVICE_BATCH)
+        move = self.moves.get(wait) if wait is not None else None
+        if swap is not None and move is not None and move(swap, state, batch_id):
+            return self._journal.open()
+        return swaps
 
     def _take_cut(self, swap: SwapRecord, state: ServiceState, batch_id: int) -> SwapRecord | None:
         # A swap that rolls back on its own (never a rollback itself) keeps what its rollback needs.
         rolls_back = (swap.auto_rollback or self._settings.auto_rollback) and swap.rollback_of is None
         boundary = decide_cut(state, swap, rolls_back)
-        if swap.shadow and swap.state is SwapPhase.DEPLOYED:
-            started = self._journal.record_shadow_start(swap.id, boundary, batch_id)
-            if started is not None:
-                log.info("shadow started", swap_id=swap.id, shadow_since=boundary, max_window_end=state.max_window_end)
-            return started
         kept = _kept_for_rollback(swap, boundary) if rolls_back else None
         cut = self._journal.record_cut(swap.id, boundary, batch_id, buffer_from=kept)
         if cut is not None:
@@ -307,6 +315,13 @@ class ServiceGraph:
                 max_window_end=state.max_window_end,
             )
         return cut
+
+    def _start_shadow(self, swap: SwapRecord, state: ServiceState, batch_id: int) -> SwapRecord | None:
+        boundary = decide_cut(state, swap)  # S: the first instant a graph deployed now could take over
+        started = self._journal.record_shadow_start(swap.id, boundary, batch_id)
+        if started is not None:
+            log.info("shadow started", swap_id=swap.id, shadow_since=boundary, max_window_end=state.max_window_end)
+        return started
 
     # -- watermark -------------------------------------------------------------------------
     def _advance(
@@ -340,10 +355,7 @@ class ServiceGraph:
             next_batch = state.last_batch + 1
             if self._redis.exists(self._keys.routing_plan(next_batch)):
                 return  # a batch was interrupted; Spark replays it first, with its recorded plan
-            swaps = self._journal.open()
-            swap = active_swap(swaps)
-            if swap is not None and self._cut_due(swap) and self._take_cut(swap, state, next_batch):
-                swaps = self._journal.open()
+            swaps = self._move_on(self._journal.open(), state, next_batch)
             now = time.monotonic()
             if now - self._last_advance >= TICK_ADVANCE_EVERY_S:
                 self._last_advance = now
@@ -434,7 +446,7 @@ class ServiceGraph:
     def _record_draining(self, plan: RoutingPlan) -> SwapRecord:
         assert plan.cut is not None
         swap = self._journal.get(plan.cut.swap_id)
-        if swap.state is SwapPhase.CUT:
+        if driven_by(swap, Driver.SERVICE_BATCH) is Wait.WATERMARK:
             advanced = self._journal.record_draining(swap.id)
             if advanced is not None:
                 crash_point("after:draining")

@@ -3,9 +3,12 @@
 The phases and their moves are the table in contract/phases.py. Each step the executor decides the
 submitted swaps whose validation is done and starts the next one's (admission.py: the analysis runs
 on a worker thread, the decision is written on the loop), then acts on the one active swap
-(`active_swap`) through the handler of what that swap's phase waits for: one handler per wait, no
-second dispatch. The service graph takes the cut and records `draining`, because both must happen
-at a micro-batch boundary of its own query (or at a tick between batches).
+(`active_swap`) through the handler of what that swap's phase waits for, when the phase table says
+the executor moves the swap on from there (`driven_by`): one handler per wait, no second dispatch.
+From a wait another driver moves on, the executor only watches (`watches`): before the cut, that the
+new query still runs, and that the wait ends within its time (cut_timeout). The service graph's batch
+takes the cut (or starts a shadow at S) and records `draining`, because each must happen at a
+micro-batch boundary of its own query (or at a tick between batches); an operator promotes a shadow.
 
 Every action follows the write that records it: `deploying` (with the graph record) before the new
 query starts, `retiring` before the old query stops, `stranded` (with the current query) before
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import redis
@@ -35,7 +39,7 @@ from hotswap.contract.fence import Fence
 from hotswap.contract.journal import Also, Journal, SwapPhase, SwapRecord, active_swap
 from hotswap.contract.models import CurrentQuery, GraphEngine, GraphRecord, GraphState, now_ms
 from hotswap.contract.names import Keys
-from hotswap.contract.phases import Wait, clock
+from hotswap.contract.phases import Driver, Wait, clock, driven_by
 from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.settings import Settings
 from hotswap.contract.windows import Windowing, first_row_needed, format_duration_ms, reached_cut, window_start
@@ -59,6 +63,20 @@ class Progress(Protocol):
 
 Handler = Callable[[SwapRecord, list[SwapRecord]], None]
 
+_NO_CUT = (
+    "no cut within {timeout} (cut_timeout): the service graph routed no batch; check that events reach topic "
+    "{topic}, then resubmit"
+)
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What the executor watches while another driver moves the active swap on. Before the cut, it
+    fails the swap if its new query died, whatever the wait."""
+
+    cut_timeout: str | None = None  # the swap fails with this error once the wait outlasts cut_timeout
+    says: str | None = None  # logged once, when the executor first sees the swap wait there
+
 
 class SwapProtocol:
     def __init__(
@@ -79,24 +97,29 @@ class SwapProtocol:
         self._admission = Admission(settings, self._journal, graphs, worker, clock)
         self._progress = progress
         self._deploy_began: dict[str, float] = {}
-        self._cut_awaited: dict[str, float] = {}
+        self._awaited: dict[str, dict[Wait, float]] = {}  # by swap: when the executor first saw each wait
         self._retire_began: dict[str, float] = {}
         self._said: set[tuple[str, SwapPhase]] = set()
         self._open_ids: set[str] = set()
-        # What the executor does for a swap that waits: one handler per wait of the phase table.
+        # What the executor does for a swap that waits for what the executor moves on (the phase
+        # table's driver): one handler per wait. (`validation`, before a swap is in flight, is admission's.)
         self.handlers: Mapping[Wait, Handler] = {
             Wait.TURN: self._start_turn,
             Wait.GRAPH_START: self._await_start,
-            Wait.CUT: self._await_cut,
-            Wait.SHADOW_START: self._await_cut,
-            Wait.PROMOTION: self._await_promotion,
             Wait.STOP_POINT: self._record_stop_point,
-            Wait.WATERMARK: self._await_watermark,
             Wait.NOTHING_TO_DRAIN: self._skip_drain,
             Wait.OLD_GRAPH_OUTPUT: self._await_old_output,
             Wait.RETIRE: self._retire_old,
             Wait.OLD_GRAPH_STOP: self._retire_old,
             Wait.COMPLETION: self._complete,
+        }
+        # What it watches while the service graph's batch or an operator moves the swap on.
+        self.watches: Mapping[Wait, Watch] = {
+            Wait.CUT: Watch(cut_timeout=_NO_CUT),
+            Wait.SHADOW_START: Watch(cut_timeout=_NO_CUT),
+            Wait.PROMOTION: Watch(),  # the shadow runs until an operator promotes or aborts it
+            Wait.PROMOTED_CUT: Watch(cut_timeout=f"promoted, but {_NO_CUT}"),
+            Wait.WATERMARK: Watch(says="waiting for the service watermark to pass W"),
         }
 
     def step(self) -> None:
@@ -104,9 +127,11 @@ class SwapProtocol:
         active = active_swap(swaps)
         self._hold_to_error_budget(active)
         if active is not None:
-            wait = active.state.waits_for(recovery=active.is_recovery, shadow=active.shadow)
-            assert wait is not None, active.state
-            self.handlers[wait](active, swaps)
+            wait = driven_by(active, Driver.EXECUTOR)
+            if wait is not None:
+                self.handlers[wait](active, swaps)
+            else:
+                self._watch(active)
         self._clean_up(swaps)
 
     def close(self) -> None:
@@ -330,32 +355,23 @@ class SwapProtocol:
             )
         return failure is not None
 
-    def _await_promotion(self, swap: SwapRecord, swaps: list[SwapRecord]) -> None:
-        """A shadow runs beside the current query until an operator promotes or aborts it; once
-        promoted, the service graph cuts to it at its next batch or tick, within cut_timeout."""
-        if self._failed_before_cut(swap) or not swap.promote:
+    def _watch(self, swap: SwapRecord) -> None:
+        """Another driver moves the swap on from what it waits for: the executor watches the new
+        query before the cut, and the wait's time; a promoted shadow's cut, for one, comes at the
+        service graph's next batch or tick, within cut_timeout."""
+        wait = swap.wait
+        assert wait is not None, swap.state
+        if swap.state.is_before_cut and self._failed_before_cut(swap):
             return
-        waited = self._clock() - self._cut_awaited.setdefault(f"{swap.id}:promote", self._clock())
-        if waited > self._settings.cut_timeout.s:
-            self._fail(
-                swap,
-                f"promoted, but no cut within {self._settings.cut_timeout} (cut_timeout): the service graph routed "
-                f"no batch; check that events reach topic {self._settings.source_topic}, then resubmit",
-                ReasonCode.CUT_TIMEOUT,
-            )
-
-    def _await_cut(self, swap: SwapRecord, swaps: list[SwapRecord]) -> None:
-        """The service graph takes the cut; the executor watches the new query and the deadline."""
-        if self._failed_before_cut(swap):
+        watch = self.watches[wait]
+        if watch.says is not None:
+            self._say_once(swap, watch.says, cut_window_end=swap.cut_window_end)
+        if watch.cut_timeout is None:
             return
-        waited = self._clock() - self._cut_awaited.setdefault(swap.id, self._clock())
+        waited = self._clock() - self._awaited.setdefault(swap.id, {}).setdefault(wait, self._clock())
         if waited > self._settings.cut_timeout.s:
-            self._fail(
-                swap,
-                f"no cut within {self._settings.cut_timeout} (cut_timeout): the service graph routed no batch; "
-                f"check that events reach topic {self._settings.source_topic}, then resubmit",
-                ReasonCode.CUT_TIMEOUT,
-            )
+            error = watch.cut_timeout.format(timeout=self._settings.cut_timeout, topic=self._settings.source_topic)
+            self._fail(swap, error, ReasonCode.CUT_TIMEOUT)
 
     def _record_stop_point(self, swap: SwapRecord, swaps: list[SwapRecord]) -> None:
         """A recovery's cut is where the failed query stopped, decided when it was bound (the graph's
@@ -371,10 +387,6 @@ class SwapProtocol:
             self._log(swap).info("recovery cut recorded", cut_window_end=stopped_at)
 
     # -- cut, draining: the old graph emits its last windows --------------------------------
-    def _await_watermark(self, swap: SwapRecord, swaps: list[SwapRecord]) -> None:
-        """The service graph records `draining` once its watermark passes W."""
-        self._say_once(swap, "waiting for the service watermark to pass W", cut_window_end=swap.cut_window_end)
-
     def _skip_drain(self, swap: SwapRecord, swaps: list[SwapRecord]) -> None:
         """A recovery replaces a dead query: it has nothing more to emit."""
         if swap.state is SwapPhase.CUT:
@@ -596,8 +608,7 @@ class SwapProtocol:
         open_ids = {s.id for s in swaps}
         for swap_id in self._open_ids - open_ids:
             self._deploy_began.pop(swap_id, None)
-            self._cut_awaited.pop(swap_id, None)
-            self._cut_awaited.pop(f"{swap_id}:promote", None)
+            self._awaited.pop(swap_id, None)
             self._retire_began.pop(swap_id, None)
             ended = self._journal.find(swap_id)
             if ended is not None and ended.state.is_terminal and not ended.state.is_done:

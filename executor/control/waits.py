@@ -68,7 +68,7 @@ def waiting_for(
     blocker: str | None,
 ) -> str | None:
     """What an unfinished swap waits for, in one line (the phase table's text); None once it has ended."""
-    wait = swap.state.waits_for(recovery=swap.is_recovery, shadow=swap.shadow)
+    wait = swap.wait
     if wait is None:
         return None
     old = graphs.get(swap.from_query or "")
@@ -80,7 +80,6 @@ def waiting_for(
         old_failed=old is not None and old.state is GraphState.FAILED,
         elapsed_ms=now_ms() - swap.phases[-1].at if swap.phases else None,
         taker=next((s.id for s in swaps if s.recovers == swap.id and s.state.is_in_flight), None),
-        promoting=swap.promote,
     )
     return wait_text(
         wait, swap_id=swap.id, to_query=swap.to_query, from_query=swap.from_query, cut=swap.cut_window_end, facts=facts

@@ -24,7 +24,7 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from hotswap.contract.phases import Wait
+from hotswap.contract.phases import Wait, wait_of
 from hotswap.contract.settings import Settings
 from hotswap.contract.status import SwapStatus
 from hotswap.contract.windows import format_duration_ms
@@ -150,7 +150,7 @@ def _swap_view(snap: Snapshot, swap: SwapStatus, memory: WatchMemory, settings: 
     if entry.ended:
         return out
     # What the phase waits for (the phase table, contract/phases.py) says which progress is measurable.
-    wait = swap.state.waits_for(recovery=swap.is_recovery, shadow=swap.shadow)
+    wait = wait_of(swap)
     if wait is Wait.GRAPH_START and swap.phases:
         # The deploy: from `deploying` until the new graph runs, against deploy_timeout.
         elapsed = max(0, snap.at_ms - swap.phases[-1].at) / 1000

@@ -121,6 +121,39 @@ def test_a_cut_can_carry_the_batch_s_other_writes_in_its_own_write() -> None:
     assert client.get(keys.routing_plan(8)) is None
 
 
+def test_the_service_graph_records_a_cut_or_a_start_only_while_the_swap_waits_for_it() -> None:
+    journal = Journal(fakeredis.FakeRedis(), Keys("unit"))
+    for swap in (
+        SwapRecord(id="plain", to_query="b"),
+        SwapRecord(id="recovery", to_query="c", recovers="plain"),
+        SwapRecord(id="shadow", to_query="d", shadow=True),
+    ):
+        journal.create(swap)
+        for phase in (SwapPhase.VALIDATED, SwapPhase.DEPLOYING, SwapPhase.DEPLOYED):
+            journal.advance(swap.id, phase)
+    # A recovery's cut is the executor's; a shadow starts at S before any cut; a plain swap has no S.
+    assert journal.record_cut("recovery", 60_000, 7) is None
+    assert journal.record_cut("shadow", 60_000, 7) is None
+    assert journal.record_shadow_start("plain", 60_000, 7) is None
+    assert journal.record_shadow_start("shadow", 60_000, 7) is not None
+    # A shadow is cut once an operator promoted it, not before.
+    assert journal.record_cut("shadow", 90_000, 9) is None
+    assert journal.request_promotion("shadow") is not None
+    cut = journal.record_cut("shadow", 90_000, 9)
+    assert cut is not None
+    assert (cut.state, cut.cut_window_end) == (SwapPhase.CUT, 90_000)
+    assert journal.record_cut("plain", 60_000, 7) is not None
+    # The drain: once cut, and only once.
+    assert journal.record_draining("recovery") is None
+    assert journal.record_draining("plain") is not None
+    assert journal.record_draining("plain") is None
+    assert [journal.get(s).state for s in ("plain", "recovery", "shadow")] == [
+        SwapPhase.DRAINING,
+        SwapPhase.DEPLOYED,
+        SwapPhase.CUT,
+    ]
+
+
 def test_every_journal_write_moves_its_version(journal: Journal) -> None:
     seen = [journal.version()]
     journal.create(SwapRecord(id="a", to_query="q2"))
