@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from concurrent.futures import TimeoutError as FutureTimeout
 
 import redis
 import structlog
@@ -27,11 +28,13 @@ from hotswap.contract.models import (
 )
 from hotswap.contract.names import Keys
 from hotswap.contract.outages import KAFKA, OUTAGES, REDIS
+from hotswap.contract.ownership import read_owned_windows
+from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.settings import Settings
 from hotswap.contract.source import SourceSpec
-from hotswap.execution_graph.errors import SchemaRefused
+from hotswap.execution_graph.errors import QueryRejected, SchemaRefused
 from hotswap.execution_graph.schemas import resolve
-from hotswap.executor.control.admission import Analyser, basis_for
+from hotswap.executor.control.admission import Analyser, basis_for, not_validated_in_time, on_own_thread
 from hotswap.executor.control.dry_run import DryRuns
 from hotswap.executor.control.durability import check_durability
 from hotswap.executor.control.graphs import Graphs
@@ -224,9 +227,14 @@ class Executor:
         left |= {s.to_query for s in swaps if s.state.is_stranded}
         for record in records.values():
             if record.query_id not in needed:
-                # Neither current nor named by an open swap, it never served: a swap that ended before
-                # its cut left it (an executor stopped before it was discarded).
-                if not record.state.is_ended:
+                # Neither current nor named by an open swap: a swap that ended before its cut left it (an
+                # executor stopped before it was discarded). A failed graph that owns windows served, and
+                # keeps them until a rollback, a fix or a replace takes it over.
+                never_served = (
+                    record.state is not GraphState.FAILED
+                    or not read_owned_windows(self._redis, self._keys, record).ranges
+                )
+                if not record.state.is_ended and never_served:
                     log.info("removing graph that no open swap needs", query_id=record.query_id)
                     self.graphs.discard(record.query_id)
                 continue
@@ -237,9 +245,19 @@ class Executor:
     def _deploy_initial(self, initial: QuerySource, begun: GraphRecord | None) -> None:
         """The namespace's first query (or the one an earlier executor began to deploy), admitted as
         any submit is, against no query: a query that is refused ends `hotswap run` with its reason."""
-        analysed = self._analyser.analyse(initial, basis_for((), None, self.graphs.get, self.graphs.namespace_source))
-        if analysed.error is not None:
-            raise analysed.error
+        basis = basis_for((), None, self.graphs.get, self.graphs.namespace_source)
+        # On a thread of its own, as a submit's: the user's code may not end, and what it raises is
+        # refused in one line, never a traceback.
+        analysis = on_own_thread(lambda: self._analyser.analyse(initial, basis), "hotswap-first-query")
+        timeout = self.settings.validation_timeout
+        try:
+            analysed = analysis.result(timeout=timeout.s)
+        except FutureTimeout:
+            raise QueryRejected(not_validated_in_time(initial, timeout), ReasonCode.VALIDATION_TIMEOUT) from None
+        rejected = analysed.rejection
+        if rejected is not None:
+            reason, code = rejected
+            raise QueryRejected(reason, code) from analysed.error
         shape = analysed.shape
         assert shape is not None
         if shape.window_ms != self.settings.window.ms:

@@ -220,6 +220,11 @@ class Graphs:
         """Start again, from its checkpoint, a graph that ran when the executor stopped (its readiness
         is not waited for: a query that dies is restarted by `supervise`)."""
         log.info("resuming execution graph", query_id=record.query_id, state=record.state)
+        if record.state is GraphState.FAILED:
+            # An executor restart is the retry its failure asked for: it serves again (and is marked
+            # failed again if it fails for good again), so swaps no longer wait on it.
+            record = record.moved(GraphState.RUNNING)
+            self.save(record)
         self._ensure_topics(record)
         self.runner.start(record, self._writer(record))
 

@@ -216,7 +216,7 @@ def build_spark_session(settings: Settings) -> SparkSession:
 # -- the class-data archive ----------------------------------------------------------------------
 # A driver JVM spends most of its start loading Spark's classes. Java's class-data sharing maps in
 # the classes an earlier JVM dumped at its exit (-XX:ArchiveClassesAtExit, then -XX:SharedArchiveFile),
-# which halves a session's start on a 2-core machine (docs/performance.md): the time an executor
+# which takes a session's start from about 8 s to 5 s on a 2-core machine (docs/performance.md): the time an executor
 # takes to come back after a crash or a restart. `hotswap stack fetch` dumps the archive once, in a
 # JVM of its own. Its name carries the pyspark version and the Java build; a Java that still cannot
 # use it (another class path, say) ignores it and starts as it would without.
@@ -265,8 +265,10 @@ def archive_classes(settings: Settings) -> Path | None:
 
 
 def _last_line(text: str) -> str:
-    lines = [line for line in text.splitlines() if line.strip()]
-    return lines[-1].strip() if lines else ""
+    """The line that says why: the last one naming an error (Java's, Spark's or Python's), else the last."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if "Error" in line or "error" in line]
+    return (errors or lines or [""])[-1]
 
 
 def _dump_classes() -> None:

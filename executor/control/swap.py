@@ -426,7 +426,7 @@ class SwapProtocol:
                 return
             crash_point("after:old-stopped")  # stopped; `retired` not written yet
             old = self._graphs.get(swap.from_query)
-            if old is not None and old.state is not GraphState.RETIRED:
+            if old is not None and not old.state.is_ended:
                 retired.append(old.moved(GraphState.RETIRED))
         done = self._journal.advance(
             swap, SwapPhase.RETIRED, when=lambda r: r.state is SwapPhase.RETIRING, also=Also(graphs=retired)

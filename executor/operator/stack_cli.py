@@ -32,7 +32,7 @@ def stack_fetch(ctx: typer.Context) -> None:
 
     `run` uses the connector's jars when they are there, so a copy of the jars directory (HOTSWAP_JARS_DIR)
     lets an offline machine run; without them Spark downloads the connector itself. A driver that finds the
-    archive starts in about half the time (docs/performance.md)."""
+    archive starts its session in about 5 s instead of 8 (docs/performance.md)."""
     from hotswap.executor.control.spark_session import archive_classes
     from hotswap.executor.stack import EmbeddedStack
 

@@ -34,7 +34,7 @@ def resume(world: World) -> None:
     """What a restarted executor does with the graph records it finds (Executor._resume)."""
     current = world.graphs.current()
     assert current is not None
-    executor = cast(Executor, SimpleNamespace(graphs=world.graphs))
+    executor = cast(Executor, SimpleNamespace(graphs=world.graphs, _redis=world.client, _keys=world.keys))
     Executor._resume(executor, current.query_id, world.journal.open(), world.graphs.records())
 
 
@@ -94,7 +94,7 @@ def test_a_restarted_executor_resumes_what_serves_and_discards_what_never_served
     resume(world)
 
     assert runner.started == ["a"]  # failed, yet it serves: tried again
-    assert world.graph_state("a") is GraphState.FAILED
+    assert world.graph_state("a") is GraphState.RUNNING  # the restart was its retry: swaps no longer wait on it
     assert world.graph_state("b") is GraphState.DISCARDED  # not started again
     assert world.graph_state("c") is GraphState.DISCARDED  # never served: discarded now
 
@@ -114,3 +114,21 @@ def test_retention_forgets_a_discarded_graph_with_its_swap(world: World) -> None
     assert world.graphs.get("b") is None
     assert "b" in world.graphs.fake_runner.removed_checkpoints
     assert set(world.graphs.records()) == {"a", "c"}  # a is named by the kept swap
+
+
+def test_a_restart_keeps_a_failed_graph_that_still_owns_windows_no_open_swap_names(world: World) -> None:
+    """An old graph that failed for good in its drain served windows up to its swap's cut: once that
+    swap ended (a rollback took over its new query), a restart must not discard what it still owes."""
+    swap_id = world.submit("b", 30_000)
+    world.deploy(swap_id)
+    assert world.complete(swap_id, W1).state is SwapPhase.COMPLETED
+    old = world.graphs.get("a")
+    assert old is not None
+    world.graphs.save(old.changed(state=GraphState.FAILED, retired_at=None))  # failed in its drain, never retired
+
+    resume(world)
+
+    assert world.graph_state("a") is GraphState.FAILED
+    a = world.graphs.get("a")
+    assert a is not None
+    assert read_owned_windows(world.client, world.keys, a).ranges == ((None, W1),)
