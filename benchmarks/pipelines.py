@@ -67,7 +67,7 @@ def start_plain(spark: SparkSession, settings: Settings, query: Path, version: s
         output.writeStream.outputMode("append")
         .queryName(f"plain-{settings.namespace}-{version}")
         .option("checkpointLocation", str(settings.names.checkpoint_root / f"plain-{version}"))
-        .foreachBatch(ResultWriter(settings, version, ("key",)))
+        .foreachBatch(ResultWriter(settings.kafka, settings.sink_topic, version, ("key",)))
         .start()
     )
 

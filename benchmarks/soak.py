@@ -333,7 +333,9 @@ def verdict(soak: Soak, client: Client) -> dict[str, Any]:
         aggregate = soak.aggregates.get(swap.to_query) or _aggregate_of(swap, soak.aggregates)
         versions.append(Version(swap.to_query, window, aggregate, slide_ms=slide))
         cuts.append(truth.cut(swap))
-    counts = count_wrong(read_results(soak.settings), truth.on_time, versions, cuts, truth.closed_until)
+    counts = count_wrong(
+        read_results(soak.settings.kafka, soak.settings.sink_topic), truth.on_time, versions, cuts, truth.closed_until
+    )
     states: dict[str, int] = defaultdict(int)
     for swap in swaps:
         states[str(swap.state)] += 1

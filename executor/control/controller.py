@@ -68,7 +68,15 @@ class Executor:
         # Every control write below checks that this executor still holds the lease (contract.fence).
         self._fence = Fence(self._keys, self._lease.token)
         self.graphs = Graphs(spark, settings, client, self._topics, self._fence)
-        self.service = ServiceGraph(spark, settings, client, self._fence)
+        self.service = ServiceGraph(
+            spark,
+            client,
+            self._fence,
+            pipeline=settings.pipeline,
+            kafka=settings.kafka,
+            timeouts=settings.timeouts,
+            recovery=settings.recovery,
+        )
         self.reporter = ProgressReporter(
             client,
             self._keys,

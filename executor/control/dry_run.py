@@ -132,7 +132,11 @@ class DryRuns:
             # The `events` a deployed graph of this version would read, on a topic that is never read.
             try:
                 stream = events_stream(
-                    self._spark, self._settings, self._settings.names.graph_topic("validation"), analysed.reads
+                    self._spark,
+                    self._settings.pipeline,
+                    self._settings.kafka,
+                    self._settings.names.graph_topic("validation"),
+                    analysed.reads,
                 )
                 base = base.changed(schema_ddl=schema_ddl(stream.schema))
             except Exception as exc:  # noqa: BLE001 - said as a rejection: nothing here may stop the executor

@@ -61,7 +61,7 @@ class Graphs:
         self._redis = client
         self._keys = Keys(settings.namespace)
         self._topics = topics
-        self.runner = GraphRunner(spark, settings)
+        self.runner = GraphRunner(spark, settings.pipeline, settings.kafka, settings.queries, settings.timeouts)
         self._restarts: dict[str, RestartBudget] = {}
         self._namespace_source: SourceSpec | None = None  # set when the executor starts (namespace_source)
         # The source topic's partitions when the executor started: a closing graph's topic has as
@@ -146,7 +146,9 @@ class Graphs:
         tables = tuple(settings.static_tables)
         if settings.graph_engine is GraphEngine.CLOSING:
             return validate_query(session, source, batch_events(session, reads), running_window_ms, tables)
-        stream = events_stream(session, settings, settings.names.graph_topic("validation"), reads)
+        stream = events_stream(
+            session, settings.pipeline, settings.kafka, settings.names.graph_topic("validation"), reads
+        )
         return validate_query(session, source, stream, running_window_ms, tables)
 
     def version_reads(self, source: QuerySource, predecessor: SourceSpec) -> SourceSpec:
@@ -296,7 +298,14 @@ class Graphs:
             return False
         why = f"the serving query {record.query_id} failed for good on its batch {rows[0].batch_id}: {failure}"
         try:
-            moved = dead_letter_rows(self._settings, record, rows, why, self._settings.retry_deadline.s)
+            moved = dead_letter_rows(
+                self._settings.kafka,
+                self._settings.names.dead_letter_topic,
+                record,
+                rows,
+                why,
+                self._settings.retry_deadline.s,
+            )
         except (KafkaError, HotswapError) as exc:
             log.error("poison batch not moved to the dead-letter topic", query_id=record.query_id, error=str(exc))
             return False
@@ -358,7 +367,8 @@ class Graphs:
         # Each batch emits only the windows this graph owns, as the journal says at that batch
         # (contract.ownership; docs/architecture.md, "The ownership filter").
         return ResultWriter(
-            self._settings,
+            self._settings.kafka,
+            self._settings.sink_topic,
             record.query_id,
             record.group_columns,
             check,

@@ -555,8 +555,10 @@ class Client:
             closed.append(swap.cut_window_end)  # the current version answers no window after W
         known = [c for c in closed if c is not None]
         closed_through = min(known) if len(known) == len(closed) else swap.shadow_since
-        mine = [r for r in read_results(self.settings) if r.query_id == current.query_id]
-        theirs = read_results(self.settings, topic=shadow.shadow_results_topic)
+        mine = [
+            r for r in read_results(self.settings.kafka, self.settings.sink_topic) if r.query_id == current.query_id
+        ]
+        theirs = read_results(self.settings.kafka, shadow.shadow_results_topic)
         summary = compare(
             mine,
             theirs,

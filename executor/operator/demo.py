@@ -151,7 +151,7 @@ def run_attached_demo(
     console.print(f"namespace {settings.namespace}: following the executor and the generator that run elsewhere")
     started = time.monotonic()
     deadline = started + duration_s + ATTACH_GRACE_S
-    source = SourceOffsets(settings)
+    source = SourceOffsets(settings.kafka, settings.source_topic)
     swap_id: str | None = None
     shown: set[tuple[str, int]] = set()
     phases_shown = 0
@@ -192,7 +192,7 @@ def _show_new_windows(
 ) -> float | None:
     grouped: dict[tuple[str, int, int], list[Result]] = defaultdict(list)
     try:
-        results = read_results(settings, timeout_s=5)
+        results = read_results(settings.kafka, settings.sink_topic, timeout_s=5)
     except TopicReadIncomplete:
         return first  # a slow read only delays the display; the next round shows these windows
     for result in results:
@@ -239,7 +239,7 @@ def _show_history(client: Client, console: Console) -> None:
 
 
 def _final_check(settings: Settings, client: Client, console: Console, swap_id: str | None) -> bool:
-    results = read_results(settings)
+    results = read_results(settings.kafka, settings.sink_topic)
     report = audit(results)
     console.rule("[bold]check")
     table = Table("query version", "windows answered")

@@ -181,7 +181,14 @@ def test_a_broker_killed_during_the_drain_leaves_every_invariant_intact(
     cut = truth.cut(client.journal.get(swap.id))
     # A result a producer re-sent after the broker died may appear twice, as the identical record
     # under the same key; anything else (a second value, a missing or misowned window) fails.
-    assert_invariants(read_results(settings), truth.on_time, VERSIONS, [cut], truth.closed_until, allow_redelivery=True)
+    assert_invariants(
+        read_results(settings.kafka, settings.sink_topic),
+        truth.on_time,
+        VERSIONS,
+        [cut],
+        truth.closed_until,
+        allow_redelivery=True,
+    )
 
     # The killed broker rejoins: started again, it catches up and is back in sync.
     cluster.up(timeout_s=180)

@@ -31,7 +31,7 @@ from hotswap.contract.models import (
 )
 from hotswap.contract.names import Keys
 from hotswap.contract.records import read_service_state
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import KafkaSettings, Settings
 from hotswap.contract.source import SourceSpec
 from hotswap.contract.windows import Windowing
 from hotswap.execution_graph.errors import GraphStartFailed, QueryRejected
@@ -284,8 +284,8 @@ class ActiveQuery:
 class RecordedMarkers(MarkerWriter):
     """The service graph's marker producer, keeping the markers instead of sending them."""
 
-    def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
+    def __init__(self, kafka: KafkaSettings) -> None:
+        super().__init__(kafka)
         self.sent: list[Marker] = []
 
     def write(self, markers: list[Marker], *, wait: bool = False) -> None:
@@ -324,11 +324,18 @@ class World:
         self.reporter = FakeReporter()
         self.protocol = SwapProtocol(settings, self.client, self.graphs, self.reporter, clock=self.clock, worker=worker)
         self.journal = Journal(self.client, self.keys)
-        self.service = ServiceGraph(NO_SPARK, settings, self.client)
+        self.service = ServiceGraph(
+            NO_SPARK,
+            self.client,
+            pipeline=settings.pipeline,
+            kafka=settings.kafka,
+            timeouts=settings.timeouts,
+            recovery=settings.recovery,
+        )
         self.service.query = cast(StreamingQuery, ActiveQuery())
-        self.markers = RecordedMarkers(settings)
+        self.markers = RecordedMarkers(settings.kafka)
         self.service._markers = self.markers
-        self.service._source = QuietSource(settings)
+        self.service._source = QuietSource(settings.kafka, settings.source_topic)
 
     def serve(self, name: str, window_ms: int = 10_000) -> GraphRecord:
         """`hotswap run --query`: the namespace's first query, running and current."""

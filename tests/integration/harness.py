@@ -294,7 +294,7 @@ class Record:
 def read_topic(settings: Settings, topic: str) -> list[Record]:
     return [
         Record(r.partition, r.offset, r.key, r.value, dict(r.headers or []))
-        for r in read_topic_records(settings, topic, timeout_s=60)
+        for r in read_topic_records(settings.kafka, topic, timeout_s=60)
     ]
 
 

@@ -47,7 +47,7 @@ def test_seeded_events_flow_through_and_every_closed_window_matches_a_recomputat
     assert len(truth.events) == 4000
     assert not truth.late
     assert truth.closed_until >= last_closed
-    results = read_results(settings)
+    results = read_results(settings.kafka, settings.sink_topic)
     assert {r.query_id for r in results} == {"count_per_key"}
     version = Version("count_per_key", 10_000, count_and_total)
     assert_invariants(results, truth.on_time, [version], [], truth.closed_until)
@@ -82,7 +82,9 @@ def test_restart_on_the_same_namespace_resumes_without_duplicates(
         truth = settle(settings, lambda: committed_watermark(client, "count_per_key"))
     assert [s.to_query for s in client.status().swaps] == []
     version = Version("count_per_key", 10_000, count_and_total)
-    assert_invariants(read_results(settings), truth.on_time, [version], [], truth.closed_until)
+    assert_invariants(
+        read_results(settings.kafka, settings.sink_topic), truth.on_time, [version], [], truth.closed_until
+    )
 
 
 MALFORMED = [

@@ -101,7 +101,7 @@ def test_a_swap_under_load_over_tls_and_scram_as_least_privilege_users(
         direct.close()
 
     versions = [Version("count_per_key", 10_000, count_and_total), Version("max_per_key_30s", 30_000, peak_and_low)]
-    results = read_results(settings)
+    results = read_results(settings.kafka, settings.sink_topic)
     assert_invariants(results, truth.on_time, versions, [cut], truth.closed_until)
 
     # No password shows: not in the log (Spark's included), the status or the results.

@@ -95,7 +95,7 @@ def test_tumbling_to_sliding_and_back_to_tumbling_under_load_keep_every_invarian
     assert min(final_rows) >= w2
     assert max(sliding_rows) < w2
 
-    results = read_results(settings)
+    results = read_results(settings.kafka, settings.sink_topic)
     by_query = {r.query_id for r in results}
     assert by_query == {"count_per_key", sliding, final}
     # The sliding version answers windows ending after W1 only, 30 s long, every 10 s.

@@ -85,7 +85,7 @@ def test_a_distinct_count_a_percentile_and_a_top_n_swap_in_under_load_on_the_clo
     assert cuts == sorted(cuts)
     assert all(cut % 10_000 == 0 for cut in cuts)
 
-    results = read_results(closing)
+    results = read_results(closing.kafka, closing.sink_topic)
     assert_invariants(results, truth.on_time, VERSIONS, cuts, truth.closed_until)
     # Not vacuous: each version answered windows of its own.
     answered = {v.query_id: {r.window_end for r in results if r.query_id == v.query_id} for v in VERSIONS}
