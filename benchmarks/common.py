@@ -105,7 +105,7 @@ class Bench:
 
     def topics(self, settings: Settings) -> None:
         """The namespace's source and results topics, created before anything reads them."""
-        topics = Topics(settings)
+        topics = Topics(settings.kafka, settings.pipeline, settings.timeouts)
         try:
             topics.ensure(settings.source_topic, settings.source_partitions)
             topics.ensure(settings.sink_topic, settings.source_partitions)

@@ -156,7 +156,7 @@ class HotswapPipeline:
         record says, and its topic's partitions as Kafka says (what the graph actually read)."""
         records = self.client.graph_records()
         out: dict[str, dict[str, Any]] = {}
-        with Topics(self.settings) as topics:
+        with Topics(self.settings.kafka, self.settings.pipeline, self.settings.timeouts) as topics:
             for query_id in self.executor.graphs.runner.running():
                 record = records.get(query_id)
                 out[f"graph.{query_id}"] = {

@@ -141,7 +141,7 @@ def run_bench(quick: bool, shape: LiveShape, backlog: int, throughput_rounds: in
     stack.up()
     pids = {s.name: s.pid for s in stack.status() if s.pid is not None}
     clock.step("spark: starting the session")
-    spark = build_spark_session(base)
+    spark = build_spark_session(base.spark)
     watched = {"bench_python": os.getpid(), "kafka_broker": pids.get("kafka"), "redis": pids.get("redis")}
     watched["spark_jvm"] = spark_jvm_pid(pids.get("kafka"), pids.get("redis"))
     detached = [pid for pid in (pids.get("kafka"), pids.get("redis")) if pid is not None]

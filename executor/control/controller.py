@@ -62,7 +62,7 @@ class Executor:
         self._spark = spark
         self._redis = client
         self._keys = Keys(settings.namespace)
-        self._topics = Topics(settings)
+        self._topics = Topics(settings.kafka, settings.pipeline, settings.timeouts)
         self._lease = Lease(client, self._keys.lease, settings.lease_ttl.ms)
         self.lease = self._lease  # read by the metrics (renewals and failures)
         # Every control write below checks that this executor still holds the lease (contract.fence).
@@ -92,7 +92,9 @@ class Executor:
         self._phase = ExecutorPhase.STOPPED
         self.ready = threading.Event()
         journal = Journal(client, self._keys, self._fence)
-        self._retention = Retention(settings, journal, self.graphs, Topics(settings))
+        self._retention = Retention(
+            settings, journal, self.graphs, Topics(settings.kafka, settings.pipeline, settings.timeouts)
+        )
         self._journal_seen = JournalSeen(settings)  # the journal's version, kept beside the checkpoints
 
     def spark_queries(self) -> list[StreamingQuery]:
@@ -102,7 +104,7 @@ class Executor:
 
     def run(self, initial: QuerySource | None, stop: threading.Event) -> None:
         """Run until `stop` is set; returns after stopping every query this executor started."""
-        check_durability(self._redis, self.settings)
+        check_durability(self._redis, self.settings.control)
         source = self._resolved_source()
         self._lease.acquire(self.settings.lease_wait.s)
         try:

@@ -189,10 +189,10 @@ def run(
         graph_partitions=graph_partitions,
     )
     settings.source_spec()  # a bad source declaration fails here, in one line, before anything starts
-    check_spark_target(settings)  # before the lease or Redis: a target that cannot work changes nothing
+    check_spark_target(settings.spark)  # before the lease or Redis: a target that cannot work changes nothing
     source = load_query_source(query, name)
     client = redis_client(settings, report_outages=True)
-    check_durability(client, settings)  # before Spark starts: a Redis that may lose a cut is refused at once
+    check_durability(client, settings.control)  # before Spark starts: a Redis that may lose a cut is refused at once
     Lease(client, Keys(settings.namespace).lease, settings.lease_ttl.ms).wait_until_free(settings.lease_wait.s)
     if reset_namespace:
         from hotswap.executor.control.namespace import reset
@@ -207,7 +207,7 @@ def run(
         # Under the lease: an executor starting meanwhile waits, and never finds half a namespace.
         lease = Lease(client, Keys(settings.namespace).lease, settings.lease_ttl.ms)
         lease.acquire(settings.lease_wait.s)
-        topics = Topics(settings)
+        topics = Topics(settings.kafka, settings.pipeline, settings.timeouts)
         try:
             removed = reset(client, settings, topics, lease.token)
             lease.check()  # still ours throughout: nobody else can have started on the namespace
@@ -215,7 +215,7 @@ def run(
             topics.close()
             lease.release()
         console.print(f"namespace {settings.namespace} reset: removed {', '.join(removed) or 'nothing'}")
-    spark = build_spark_session(settings)
+    spark = build_spark_session(settings.spark)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -80,7 +80,7 @@ def run_demo(
     stack.up()
     stack_ready = time.monotonic()
     console.print("stack up; starting Spark and the executor ...")
-    spark = build_spark_session(settings)
+    spark = build_spark_session(settings.spark)
     client = Client(settings, redis_client(settings))
     executor = Executor(settings, spark, redis_client(settings, report_outages=True))
     monitor = _serve_monitor(settings, executor)

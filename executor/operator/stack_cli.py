@@ -41,7 +41,7 @@ def stack_fetch(ctx: typer.Context) -> None:
     typer.echo(f"kafka broker jars: {stack.kafka_jars()}")
     connector = stack.spark_connector_jars()
     typer.echo(f"spark connector jars: {len(connector)} in {connector[0].parent}")
-    archive = archive_classes(settings)
+    archive = archive_classes(settings.spark)
     typer.echo(f"spark class-data archive: {archive or 'none (drivers start without one)'}")
 
 

@@ -140,7 +140,7 @@ def spark(services: Services) -> Iterator[SparkSession]:
     settings = Settings(
         jars_dir=JARS, kafka_bootstrap=services.bootstrap, spark_driver_memory="2g", spark_conf=KEEP_EVERY_BATCH
     )
-    session = build_spark_session(settings)
+    session = build_spark_session(settings.spark)
     yield session
     session.stop()
 

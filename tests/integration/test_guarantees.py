@@ -105,7 +105,7 @@ def test_skewed_partitions_and_a_backlog_lose_no_row_and_catch_up_in_bounded_bat
 ) -> None:
     bound = 200
     skewed = changed(settings, lateness="5s", max_offsets_per_trigger=bound)
-    topics = Topics(skewed)
+    topics = Topics(skewed.kafka, skewed.pipeline, skewed.timeouts)
     topics.ensure(skewed.source_topic, PARTITIONS)
     topics.close()
     backlog = 300  # steps: 60 s of event time, 1,200 rows, six times the batch bound

@@ -225,7 +225,7 @@ def test_every_valid_query_runs_on_a_stream(spark: SparkSession, services: Servi
     a watermark marker that closes every window, and fails none of its batches."""
     settings = Settings(home=tmp_path, jars_dir=JARS, kafka_bootstrap=services.bootstrap)
     topic = f"validation-run-{uuid.uuid4().hex[:8]}"
-    topics = Topics(settings)
+    topics = Topics(settings.kafka, settings.pipeline, settings.timeouts)
     topics.ensure(topic, 1)
     topics.close()
     producer = KafkaProducer(**settings.kafka_python_config(), acks="all")

@@ -126,7 +126,7 @@ def _fill(directory: Path, artifacts: tuple[str, ...], complete: bool) -> None:
 def test_spark_uses_the_fetched_connector_jars_when_the_jars_dir_holds_them(settings: Settings) -> None:
     directory = _connector_dir(settings)
     _fill(directory, CONNECTOR_ARTIFACTS, complete=True)
-    conf = connector_conf(settings)
+    conf = connector_conf(settings.spark)
     assert conf == {"spark.jars": ",".join(str(directory / f"{a}-1.2.3.jar") for a in CONNECTOR_ARTIFACTS)}
 
 
@@ -143,7 +143,7 @@ def test_spark_resolves_the_connector_itself_without_complete_local_jars(
     settings: Settings, artifacts: tuple[str, ...], complete: bool
 ) -> None:
     _fill(_connector_dir(settings), artifacts, complete)
-    conf = connector_conf(settings)
+    conf = connector_conf(settings.spark)
     version = metadata.version("pyspark")
     assert conf["spark.jars.packages"].split(",") == [
         f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}",
