@@ -67,7 +67,17 @@ class Executor:
         self.lease = self._lease  # read by the metrics (renewals and failures)
         # Every control write below checks that this executor still holds the lease (contract.fence).
         self._fence = Fence(self._keys, self._lease.token)
-        self.graphs = Graphs(spark, settings, client, self._topics, self._fence)
+        self.graphs = Graphs(
+            spark,
+            client,
+            self._topics,
+            self._fence,
+            pipeline=settings.pipeline,
+            kafka=settings.kafka,
+            queries=settings.queries,
+            timeouts=settings.timeouts,
+            recovery=settings.recovery,
+        )
         self.service = ServiceGraph(
             spark,
             client,
@@ -86,16 +96,18 @@ class Executor:
             batch_watermark=self.graphs.runner.batch_watermark,
         )
         self._swaps: SwapProtocol | None = None
-        self._analyser = Analyser(settings, self.graphs)  # admits the namespace's first query
-        self.dry_runs = DryRuns(settings, spark, client, self.graphs)  # `submit --dry-run`: answered, never recorded
+        self._analyser = Analyser(settings.pipeline, self.graphs)  # admits the namespace's first query
+        self.dry_runs = DryRuns(  # `submit --dry-run`: answered, never recorded
+            spark, client, self.graphs, pipeline=settings.pipeline, kafka=settings.kafka, timeouts=settings.timeouts
+        )
         self.requests = OperatorRequests(client, self._keys, self._fence)  # submit, abort, promote
         self._phase = ExecutorPhase.STOPPED
         self.ready = threading.Event()
         journal = Journal(client, self._keys, self._fence)
         self._retention = Retention(
-            settings, journal, self.graphs, Topics(settings.kafka, settings.pipeline, settings.timeouts)
+            settings.pipeline, journal, self.graphs, Topics(settings.kafka, settings.pipeline, settings.timeouts)
         )
-        self._journal_seen = JournalSeen(settings)  # the journal's version, kept beside the checkpoints
+        self._journal_seen = JournalSeen(settings.control)  # the journal's version, kept beside the checkpoints
 
     def spark_queries(self) -> list[StreamingQuery]:
         """The service graph's and the execution graphs' Spark queries, live or dead."""
@@ -108,7 +120,7 @@ class Executor:
         source = self._resolved_source()
         self._lease.acquire(self.settings.lease_wait.s)
         try:
-            claim(self._redis, self.settings, self._topics, self._lease.token, source)
+            claim(self._redis, self.settings.control, self._topics, self._lease.token, source)
         except Exception:
             self._lease.release()
             raise
@@ -116,7 +128,15 @@ class Executor:
         structlog.contextvars.bind_contextvars(namespace=self.settings.namespace)
         try:
             self._bootstrap(initial, source)
-            self._swaps = SwapProtocol(self.settings, self._redis, self.graphs, self.reporter, self._fence)
+            self._swaps = SwapProtocol(
+                self._redis,
+                self.graphs,
+                self.reporter,
+                self._fence,
+                pipeline=self.settings.pipeline,
+                timeouts=self.settings.timeouts,
+                recovery=self.settings.recovery,
+            )
             self._enter(ExecutorPhase.RUNNING)
             self.ready.set()
             log.info("executor running", source=self.settings.source_topic, sink=self.settings.sink_topic)

@@ -209,7 +209,7 @@ def run(
         lease.acquire(settings.lease_wait.s)
         topics = Topics(settings.kafka, settings.pipeline, settings.timeouts)
         try:
-            removed = reset(client, settings, topics, lease.token)
+            removed = reset(client, settings.control, topics, lease.token)
             lease.check()  # still ours throughout: nobody else can have started on the namespace
         finally:
             topics.close()

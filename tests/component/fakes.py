@@ -229,7 +229,17 @@ class SparklessGraphs(Graphs):
     def __init__(self, settings: Settings, client: fakeredis.FakeRedis, clock: Callable[[], float]) -> None:
         self.fake_runner = FakeRunner()
         self.fake_topics = FakeTopics()
-        super().__init__(NO_SPARK, settings, client, cast(Topics, self.fake_topics), clock=clock)
+        super().__init__(
+            NO_SPARK,
+            client,
+            cast(Topics, self.fake_topics),
+            clock=clock,
+            pipeline=settings.pipeline,
+            kafka=settings.kafka,
+            queries=settings.queries,
+            timeouts=settings.timeouts,
+            recovery=settings.recovery,
+        )
         self.namespace_source = DEMO_SOURCE  # as the executor sets it when it starts
         self.runner = self.fake_runner  # type: ignore[assignment]  # structurally the part of GraphRunner used
         self.validated: list[str] = []
@@ -322,7 +332,16 @@ class World:
         self.clock = ManualClock()
         self.graphs = SparklessGraphs(settings, self.client, self.clock)
         self.reporter = FakeReporter()
-        self.protocol = SwapProtocol(settings, self.client, self.graphs, self.reporter, clock=self.clock, worker=worker)
+        self.protocol = SwapProtocol(
+            self.client,
+            self.graphs,
+            self.reporter,
+            clock=self.clock,
+            worker=worker,
+            pipeline=settings.pipeline,
+            timeouts=settings.timeouts,
+            recovery=settings.recovery,
+        )
         self.journal = Journal(self.client, self.keys)
         self.service = ServiceGraph(
             NO_SPARK,

@@ -556,7 +556,15 @@ def test_a_dry_run_plans_the_cut_and_changes_nothing(
     r = fakeredis.FakeRedis(server=server)
     before = {key: r.dump(key) for key in r.keys("*")}
     graphs = Validating(lambda source, running, reads: Shape())
-    executor = DryRuns(Settings(namespace=NS, lateness="2s"), None, r, graphs)  # type: ignore[arg-type]
+    settings = Settings(namespace=NS, lateness="2s")
+    executor = DryRuns(
+        None,  # type: ignore[arg-type]
+        r,
+        graphs,  # type: ignore[arg-type]
+        pipeline=settings.pipeline,
+        kafka=settings.kafka,
+        timeouts=settings.timeouts,
+    )
     query = tmp_path / "max_30s.sql"
     query.write_text("SELECT 1")
     api = Client(Settings(namespace=NS), fakeredis.FakeRedis(server=server))
@@ -590,11 +598,14 @@ def test_a_rejected_dry_run_says_why(server: fakeredis.FakeServer, monkeypatch: 
         raise QueryRejected("query 'x' has no window(event_time, ...) in its plan; is it windowed?")
 
     answer_with(monkeypatch)
+    settings = Settings(namespace=NS)
     plan = DryRuns(
-        Settings(namespace=NS),
         None,  # type: ignore[arg-type]
         fakeredis.FakeRedis(server=server),
         Validating(reject),  # type: ignore[arg-type]
+        pipeline=settings.pipeline,
+        kafka=settings.kafka,
+        timeouts=settings.timeouts,
     ).plan(DryRunRequest(id="r1", source=source("x")))
     assert not plan.valid
     assert plan.reason == "query 'x' has no window(event_time, ...) in its plan; is it windowed?"
