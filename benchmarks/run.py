@@ -136,7 +136,7 @@ def run_bench(quick: bool, shape: LiveShape, backlog: int, throughput_rounds: in
     base = stack_settings.model_copy(update={"spark_conf": {**STATUS_RETENTION, **stack_settings.spark_conf}})
     # hotswap's queries run with trigger_interval (HOTSWAP_TRIGGER_INTERVAL); plain Spark with Spark's default.
     results["trigger"] = {PLAIN: "default", **{side: base.processing_time or "default" for side in ENGINES}}
-    stack = EmbeddedStack(base)
+    stack = EmbeddedStack(base.stack, base.kafka)
     clock.step("stack: starting Kafka and Redis on 29092/26379")
     stack.up()
     pids = {s.name: s.pid for s in stack.status() if s.pid is not None}

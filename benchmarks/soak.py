@@ -369,7 +369,7 @@ def main() -> int:
     minutes = float(os.environ.get("SOAK_MINUTES", "30"))
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     base = Settings(home=HOME, jars_dir=JARS, kafka_port=29092, kafka_controller_port=29093, redis_port=26379)
-    stack = EmbeddedStack(base)
+    stack = EmbeddedStack(base.stack, base.kafka)
     stack.up(timeout_s=180)
     settings = namespace_settings(HOME / stamp, base.bootstrap, base.redis_dsn, "soak")
     soak = Soak(settings, stack, HOME / stamp / "logs")

@@ -598,7 +598,7 @@ def generate(
     def show(report: GeneratorReport) -> None:
         typer.echo(f"sent {report.sent} events in {report.elapsed_s:.0f}s, event time {iso(report.last_ts)}", err=True)
 
-    report = produce(settings, spec, topic or settings.source_topic, stop, show)
+    report = produce(settings.kafka, spec, topic or settings.source_topic, stop, show)
     typer.echo(f"sent {report.sent} events ({iso(report.first_ts)} .. {iso(report.last_ts)})")
 
 

@@ -73,7 +73,7 @@ def run_demo(
     )
     initial = load_query_source(query)
     swap_source = load_query_source(replacement)
-    stack = EmbeddedStack(settings)
+    stack = EmbeddedStack(settings.stack, settings.kafka)
     already_up = all(s.healthy for s in stack.status())
     console.rule("[bold]hotswap demo")
     console.print(f"namespace {namespace}; starting Kafka and Redis ...")
@@ -94,7 +94,7 @@ def run_demo(
     executor_thread = threading.Thread(target=executor.run, args=(initial, stop_executor), daemon=True)
     executor_thread.start()
     spec = GeneratorSpec(rate=200, keys=4, seed=7, duration_s=duration_s, disorder_ms=1000, time_scale=TIME_SCALE)
-    load = threading.Thread(target=produce, args=(settings, spec, settings.source_topic, stop_load), daemon=True)
+    load = threading.Thread(target=produce, args=(settings.kafka, spec, settings.source_topic, stop_load), daemon=True)
     swap_id: str | None = None
     shown: set[tuple[str, int]] = set()
     phases_shown = 0

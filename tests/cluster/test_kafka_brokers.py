@@ -65,7 +65,7 @@ def cluster() -> Iterator[EmbeddedStack]:
         kafka_heap="256m",
         redis_port=49379,
     )
-    stack = EmbeddedStack(settings)
+    stack = EmbeddedStack(settings.stack, settings.kafka)
     stack.down()  # whatever an interrupted run left behind
     shutil.rmtree(CLUSTER_HOME, ignore_errors=True)
     stack.up(timeout_s=240)

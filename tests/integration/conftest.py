@@ -89,7 +89,7 @@ def services() -> Iterator[Services]:
         kafka_controller_port=KAFKA_CONTROLLER_PORT,
         redis_port=REDIS_PORT,
     )
-    stack = EmbeddedStack(settings)
+    stack = EmbeddedStack(settings.stack, settings.kafka)
     stack.up(timeout_s=180)
     try:
         yield Services(

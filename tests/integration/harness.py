@@ -130,7 +130,10 @@ class Load:
     def __init__(self, settings: Settings, spec: GeneratorSpec) -> None:
         self._stop = threading.Event()
         self._thread = threading.Thread(
-            target=produce, args=(settings, spec, settings.source_topic, self._stop), daemon=True, name="test-load"
+            target=produce,
+            args=(settings.kafka, spec, settings.source_topic, self._stop),
+            daemon=True,
+            name="test-load",
         )
 
     def start(self) -> Load:

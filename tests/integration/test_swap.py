@@ -127,7 +127,7 @@ def test_late_events_after_a_cut_go_to_the_late_topic_and_are_counted(
         results_before = {r.key: r.row for r in read_results(settings.kafka, settings.sink_topic)}
         # Twenty events for windows the old query already answered, long after the cut.
         late_spec = GeneratorSpec(rate=1000, keys=2, seed=99, count=20, start_ts=cut - 25_000)
-        produce(settings, late_spec, settings.source_topic)
+        produce(settings.kafka, late_spec, settings.source_topic)
         wait_until(lambda: client.status().late_records >= 20, 60, "late records to be counted")
         assert client.status().late_records == 20
     late = read_topic(settings, settings.names.late_topic)
