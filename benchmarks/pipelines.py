@@ -117,8 +117,8 @@ class HotswapPipeline:
         self.settings = settings
         self._spark = spark
         self._query_path = query
-        self.client = Client(settings, redis_client(settings))
-        self.executor = Executor(settings, spark, redis_client(settings))
+        self.client = Client(settings.control, settings.kafka, settings.pipeline, redis_client(settings.control))
+        self.executor = Executor(settings, spark, redis_client(settings.control))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None

@@ -180,7 +180,7 @@ def run_bench(quick: bool, shape: LiveShape, backlog: int, throughput_rounds: in
         results["warm_up"] = warm_up(bench)
 
     def control_state() -> None:
-        results["control_state"] = run_control_state(spark, redis_client(base))
+        results["control_state"] = run_control_state(spark, redis_client(base.control))
 
     try:
         section("warm-up", warm)

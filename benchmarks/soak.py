@@ -109,7 +109,7 @@ class Soak:
             "HOTSWAP_JOURNAL_RETENTION": str(JOURNAL_RETENTION),
         }
         process = ExecutorProcess(self.settings, FIRST[0], self.log_dir, env=env)
-        with redis_client(self.settings) as control:
+        with redis_client(self.settings.control) as control:
             process.wait_serving(control, Keys(self.settings.namespace), timeout_s=240)
         return process
 
@@ -220,7 +220,7 @@ class Soak:
         root = self.settings.names.checkpoint_root
         prefix = f"hotswap.{self.settings.namespace}."
         try:
-            with redis_client(self.settings) as control:
+            with redis_client(self.settings.control) as control:
                 keys = sum(1 for _ in control.scan_iter(match=f"{Keys(self.settings.namespace).prefix}:*", count=500))
                 self.keep_swaps(Journal(control, Keys(self.settings.namespace)).all())
             admin = KafkaAdminClient(**self.settings.kafka_python_config())
@@ -375,7 +375,7 @@ def main() -> int:
     soak = Soak(settings, stack, HOME / stamp / "logs")
     soak.aggregates[FIRST[0].stem] = FIRST[1]
     report: dict[str, Any] = {"started": stamp, "minutes": minutes, "machine": {"nproc": os.cpu_count()}}
-    client = Client(settings)
+    client = Client(settings.control, settings.kafka, settings.pipeline)
     try:
         soak.keep_loading()
         soak.executor = soak.start_executor()

@@ -128,8 +128,8 @@ def phase_at(record: SwapRecord, phase: SwapPhase) -> int:
 def test_a_broker_killed_during_the_drain_leaves_every_invariant_intact(
     cluster: EmbeddedStack, settings: Settings, tmp_path: Path
 ) -> None:
-    control: redis.Redis = redis_client(settings)
-    client = Client(settings, control)
+    control: redis.Redis = redis_client(settings.control)
+    client = Client(settings.control, settings.kafka, settings.pipeline, control)
     keys = Keys(settings.namespace)
     old_topic = settings.names.graph_topic("count_per_key")
     hotswaps_topics = [

@@ -317,7 +317,13 @@ def operator(settings: Settings, client: redis.Redis) -> Client:
     as its tick would (an executor holds the namespace's lease)."""
     keys = Keys(settings.namespace)
     client.set(keys.lease, "component-executor", nx=True)
-    return Client(settings, client, between_polls=OperatorRequests(client, keys, None).apply_pending)
+    return Client(
+        settings.control,
+        settings.kafka,
+        settings.pipeline,
+        client,
+        between_polls=OperatorRequests(client, keys, None).apply_pending,
+    )
 
 
 class World:

@@ -152,11 +152,11 @@ def settings(services: Services, tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def control(settings: Settings) -> Iterator[redis.Redis]:
-    client = redis_client(settings)
+    client = redis_client(settings.control)
     yield client
     client.close()
 
 
 @pytest.fixture
 def client(settings: Settings, control: redis.Redis) -> Client:
-    return Client(settings, control)
+    return Client(settings.control, settings.kafka, settings.pipeline, control)

@@ -67,7 +67,7 @@ class RunningExecutor:
     """An executor in a background thread of the test process, sharing its SparkSession."""
 
     def __init__(self, settings: Settings, spark: SparkSession, query: Path) -> None:
-        self.executor = Executor(settings, spark, redis_client(settings))
+        self.executor = Executor(settings, spark, redis_client(settings.control))
         self._stop = threading.Event()
         self._errors: list[BaseException] = []
         self._thread = threading.Thread(target=self._run, args=(query,), daemon=True, name="test-executor")
@@ -103,7 +103,7 @@ def executor_running(settings: Settings, spark: SparkSession, query: Path) -> It
     except BaseException:
         print_spark_state(spark)  # before stop() ends the queries: what was each one doing?
         with contextlib.suppress(Exception):  # best effort: the diagnosis must not hide the failure
-            for swap in Client(settings).status().swaps:
+            for swap in Client(settings.control, settings.kafka, settings.pipeline).status().swaps:
                 print(f"swap {swap.id} {swap.state}: {swap.waiting_for or swap.error or ''}")
         raise
     finally:

@@ -120,7 +120,7 @@ def test_executor_killed_between_a_closing_batch_results_and_its_commit_emits_ea
     settings: Settings, client: Client, control: redis.Redis, tmp_path: Path
 ) -> None:
     settings = changed(settings, graph_engine="closing")
-    client = Client(settings, control)
+    client = Client(settings.control, settings.kafka, settings.pipeline, control)
     keys = Keys(settings.namespace)
     spec = GeneratorSpec(rate=300, keys=3, seed=33, disorder_ms=300, time_scale=10, start_ts=T0)
     with continuous_load(settings, spec) as load:

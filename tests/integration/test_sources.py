@@ -133,7 +133,7 @@ def run_orders(
 ) -> Run:
     """Serve ORDERS_PER_COUNTRY under a load of orders, send `malformed` records, swap to
     ORDERS_PER_CHANNEL (10 s to 20 s windows) under load, then stop the load and settle."""
-    client = Client(settings, redis_client(settings))
+    client = Client(settings.control, settings.kafka, settings.pipeline, redis_client(settings.control))
     # 300 orders/s over 50 customers, event time 10x the clock, up to 800 ms out of order (lateness 2 s).
     spec = GeneratorSpec(
         rate=300,
@@ -322,7 +322,7 @@ def test_epoch_seconds_in_a_nested_field_are_the_event_time(
         event_time="meta.t",
         event_time_unit="s",
     )
-    client = Client(settings, redis_client(settings))
+    client = Client(settings.control, settings.kafka, settings.pipeline, redis_client(settings.control))
     query = count_query(tmp_path, "k", "v")
     t0_s = T0 // 1000
     # 20 records per second of event time over 60 s, in whole seconds, keys k0..k4.
@@ -363,7 +363,7 @@ def test_the_kafka_records_own_timestamp_is_the_event_time(
         source_schema="key STRING NOT NULL, value DOUBLE NOT NULL",
         event_time="kafka",
     )
-    client = Client(settings, redis_client(settings))
+    client = Client(settings.control, settings.kafka, settings.pipeline, redis_client(settings.control))
     query = count_query(tmp_path, "key", "value")
     producer = KafkaProducer(**settings.kafka_python_config(), acks="all")
     with executor_running(settings, spark, query):
