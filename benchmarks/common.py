@@ -105,7 +105,7 @@ class Bench:
 
     def topics(self, settings: Settings) -> None:
         """The namespace's source and results topics, created before anything reads them."""
-        topics = Topics(settings)
+        topics = Topics(settings.kafka, settings.pipeline, settings.timeouts)
         try:
             topics.ensure(settings.source_topic, settings.source_partitions)
             topics.ensure(settings.sink_topic, settings.source_partitions)
@@ -159,7 +159,7 @@ def stats(values: list[float]) -> dict[str, Any]:
 def source_counts(settings: Settings, window_ms: int = WINDOW_MS) -> dict[int, int]:
     """Events in the source topic per window start: what a complete result must count."""
     counts: dict[int, int] = {}
-    for record in read_topic_records(settings, settings.source_topic, timeout_s=120):
+    for record in read_topic_records(settings.kafka, settings.source_topic, timeout_s=120):
         ts = int(json.loads(record.value)["ts"])
         start = ts - ts % window_ms
         counts[start] = counts.get(start, 0) + 1

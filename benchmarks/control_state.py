@@ -104,7 +104,14 @@ def seed(client: redis.Redis, settings: Settings, swaps: int) -> tuple[Keys, Gra
 def time_batches(spark: SparkSession, client: redis.Redis, settings: Settings, batches: int) -> dict[str, float]:
     """The median time, in ms, of a batch's control state in this namespace, by part."""
     keys = Keys(settings.namespace)
-    graph = ServiceGraph(spark, settings, client)
+    graph = ServiceGraph(
+        spark,
+        client,
+        pipeline=settings.pipeline,
+        kafka=settings.kafka,
+        timeouts=settings.timeouts,
+        recovery=settings.recovery,
+    )
     current = CurrentQuery.model_validate_json(client.get(keys.current) or b"")
     record = GraphRecord.model_validate_json(client.hget(keys.graphs, current.query_id) or b"")
     owned = OwnershipReader(client, keys, record)

@@ -453,7 +453,7 @@ def swap_summary(segment: Segment, tail: SwapTail) -> dict[str, Any]:
             "around_swap_max": window_gaps(results, submit, completed + 5_000),
             "around_swap_at_2x_rate_max": window_gaps(results, s2, c2 + 5_000),
         },
-        "audit": audit_summary(audit(read_results(settings, timeout_s=60))),
+        "audit": audit_summary(audit(read_results(settings.kafka, settings.sink_topic, timeout_s=60))),
         "coverage": coverage(results, source_counts(settings)),
         "errors": tail.errors,
         "series": latency_series(results),
@@ -498,7 +498,7 @@ def restart_summary(segment: Segment, tail: RestartTail) -> dict[str, Any]:
             "steady_max": window_gaps(results, 0, tail.stop_ms - 1),
             "around_restart_max": window_gaps(results, tail.stop_ms, (first_new or tail.stop_ms) + 5_000),
         },
-        "audit": audit_summary(audit(read_results(settings, timeout_s=60))),
+        "audit": audit_summary(audit(read_results(settings.kafka, settings.sink_topic, timeout_s=60))),
         "coverage": coverage(results, source_counts(settings)),
         "series": latency_series(results),
     }

@@ -67,7 +67,7 @@ def start_plain(spark: SparkSession, settings: Settings, query: Path, version: s
         output.writeStream.outputMode("append")
         .queryName(f"plain-{settings.namespace}-{version}")
         .option("checkpointLocation", str(settings.names.checkpoint_root / f"plain-{version}"))
-        .foreachBatch(ResultWriter(settings, version, ("key",)))
+        .foreachBatch(ResultWriter(settings.kafka, settings.sink_topic, version, ("key",)))
         .start()
     )
 
@@ -117,8 +117,8 @@ class HotswapPipeline:
         self.settings = settings
         self._spark = spark
         self._query_path = query
-        self.client = Client(settings, redis_client(settings))
-        self.executor = Executor(settings, spark, redis_client(settings))
+        self.client = Client(settings.control, settings.kafka, settings.pipeline, redis_client(settings.control))
+        self.executor = Executor(settings, spark, redis_client(settings.control))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
@@ -156,7 +156,7 @@ class HotswapPipeline:
         record says, and its topic's partitions as Kafka says (what the graph actually read)."""
         records = self.client.graph_records()
         out: dict[str, dict[str, Any]] = {}
-        with Topics(self.settings) as topics:
+        with Topics(self.settings.kafka, self.settings.pipeline, self.settings.timeouts) as topics:
             for query_id in self.executor.graphs.runner.running():
                 record = records.get(query_id)
                 out[f"graph.{query_id}"] = {

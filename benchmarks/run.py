@@ -136,12 +136,12 @@ def run_bench(quick: bool, shape: LiveShape, backlog: int, throughput_rounds: in
     base = stack_settings.model_copy(update={"spark_conf": {**STATUS_RETENTION, **stack_settings.spark_conf}})
     # hotswap's queries run with trigger_interval (HOTSWAP_TRIGGER_INTERVAL); plain Spark with Spark's default.
     results["trigger"] = {PLAIN: "default", **{side: base.processing_time or "default" for side in ENGINES}}
-    stack = EmbeddedStack(base)
+    stack = EmbeddedStack(base.stack, base.kafka)
     clock.step("stack: starting Kafka and Redis on 29092/26379")
     stack.up()
     pids = {s.name: s.pid for s in stack.status() if s.pid is not None}
     clock.step("spark: starting the session")
-    spark = build_spark_session(base)
+    spark = build_spark_session(base.spark)
     watched = {"bench_python": os.getpid(), "kafka_broker": pids.get("kafka"), "redis": pids.get("redis")}
     watched["spark_jvm"] = spark_jvm_pid(pids.get("kafka"), pids.get("redis"))
     detached = [pid for pid in (pids.get("kafka"), pids.get("redis")) if pid is not None]
@@ -180,7 +180,7 @@ def run_bench(quick: bool, shape: LiveShape, backlog: int, throughput_rounds: in
         results["warm_up"] = warm_up(bench)
 
     def control_state() -> None:
-        results["control_state"] = run_control_state(spark, redis_client(base))
+        results["control_state"] = run_control_state(spark, redis_client(base.control))
 
     try:
         section("warm-up", warm)

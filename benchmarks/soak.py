@@ -109,7 +109,7 @@ class Soak:
             "HOTSWAP_JOURNAL_RETENTION": str(JOURNAL_RETENTION),
         }
         process = ExecutorProcess(self.settings, FIRST[0], self.log_dir, env=env)
-        with redis_client(self.settings) as control:
+        with redis_client(self.settings.control) as control:
             process.wait_serving(control, Keys(self.settings.namespace), timeout_s=240)
         return process
 
@@ -220,7 +220,7 @@ class Soak:
         root = self.settings.names.checkpoint_root
         prefix = f"hotswap.{self.settings.namespace}."
         try:
-            with redis_client(self.settings) as control:
+            with redis_client(self.settings.control) as control:
                 keys = sum(1 for _ in control.scan_iter(match=f"{Keys(self.settings.namespace).prefix}:*", count=500))
                 self.keep_swaps(Journal(control, Keys(self.settings.namespace)).all())
             admin = KafkaAdminClient(**self.settings.kafka_python_config())
@@ -333,7 +333,9 @@ def verdict(soak: Soak, client: Client) -> dict[str, Any]:
         aggregate = soak.aggregates.get(swap.to_query) or _aggregate_of(swap, soak.aggregates)
         versions.append(Version(swap.to_query, window, aggregate, slide_ms=slide))
         cuts.append(truth.cut(swap))
-    counts = count_wrong(read_results(soak.settings), truth.on_time, versions, cuts, truth.closed_until)
+    counts = count_wrong(
+        read_results(soak.settings.kafka, soak.settings.sink_topic), truth.on_time, versions, cuts, truth.closed_until
+    )
     states: dict[str, int] = defaultdict(int)
     for swap in swaps:
         states[str(swap.state)] += 1
@@ -367,13 +369,13 @@ def main() -> int:
     minutes = float(os.environ.get("SOAK_MINUTES", "30"))
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     base = Settings(home=HOME, jars_dir=JARS, kafka_port=29092, kafka_controller_port=29093, redis_port=26379)
-    stack = EmbeddedStack(base)
+    stack = EmbeddedStack(base.stack, base.kafka)
     stack.up(timeout_s=180)
     settings = namespace_settings(HOME / stamp, base.bootstrap, base.redis_dsn, "soak")
     soak = Soak(settings, stack, HOME / stamp / "logs")
     soak.aggregates[FIRST[0].stem] = FIRST[1]
     report: dict[str, Any] = {"started": stamp, "minutes": minutes, "machine": {"nproc": os.cpu_count()}}
-    client = Client(settings)
+    client = Client(settings.control, settings.kafka, settings.pipeline)
     try:
         soak.keep_loading()
         soak.executor = soak.start_executor()

@@ -1,11 +1,13 @@
 """Settings: one frozen model read from HOTSWAP_* environment variables, an optional TOML file,
-and CLI flags on top (passed in as keyword arguments), in that order of precedence."""
+and CLI flags on top (passed in as keyword arguments), in that order of precedence; and its slices,
+the settings of one concern each (StackSettings, PipelineSettings, ...), which every class but the
+composition root takes instead of the whole."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -48,6 +50,251 @@ class StaticTable(BaseModel):
 
     path: str
     format: Literal["parquet", "json", "csv", "orc", "avro", "text"] = "parquet"
+
+
+# -- Slices: the settings by concern ------------------------------------------------------------
+# `Settings` is read once, whole, by the composition root (the CLI and the Executor it builds); every
+# other class takes only the slice (or slices) of its concern. A slice is a frozen copy of some of
+# Settings' fields, under the same names, plus the values derived from them (`names`, `bootstrap`,
+# ...), which are no Settings fields. Every Settings field is in exactly one slice
+# (tests/unit/test_settings.py); the environment variables and TOML keys are Settings' own.
+
+
+class _Slice(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+
+_S = TypeVar("_S", bound=_Slice)
+
+
+class StackSettings(_Slice):
+    """The local stack: hotswap's home, the jars, and the embedded Kafka and Redis (or the existing
+    services that replace them)."""
+
+    home: Path
+    jars_dir: Path | None
+    kafka_bootstrap: str | None
+    redis_url: SecretStr | None
+    kafka_brokers: int
+    kafka_port: int
+    kafka_controller_port: int
+    kafka_heap: str
+    redis_port: int
+
+    @property
+    def jar_cache(self) -> Path:
+        return (self.jars_dir or self.home / "jars").resolve()
+
+    @property
+    def embedded_kafka_ports(self) -> tuple[int, ...]:
+        """The client ports of the embedded brokers, node 1 first."""
+        return tuple(self.kafka_port + i for i in range(self.kafka_brokers))
+
+    @property
+    def embedded_controller_ports(self) -> tuple[int, ...]:
+        """The KRaft controller ports of the embedded brokers, node 1 first."""
+        return tuple(self.kafka_controller_port + i for i in range(self.kafka_brokers))
+
+    @property
+    def bootstrap(self) -> str:
+        # Every embedded broker: a client must find the cluster while any one of them is down.
+        return self.kafka_bootstrap or ",".join(f"127.0.0.1:{port}" for port in self.embedded_kafka_ports)
+
+    @property
+    def redis_dsn(self) -> str:
+        if self.redis_url is not None:
+            return self.redis_url.get_secret_value()
+        return f"redis://127.0.0.1:{self.redis_port}/0"
+
+
+class KafkaSettings(_Slice):
+    """How a Kafka client (kafka-python's, or Spark's connector) reaches the brokers."""
+
+    bootstrap: str  # derived: kafka_bootstrap, or every embedded broker
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+    kafka_sasl_mechanism: str | None
+    kafka_sasl_username: str | None
+    kafka_sasl_password: SecretStr | None
+    kafka_ssl_cafile: Path | None
+
+    def kafka_python_config(self) -> dict[str, Any]:
+        """Client settings for kafka-python (producers, consumers, admin)."""
+        config: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap.split(","),
+            "security_protocol": self.kafka_security_protocol,
+        }
+        if self.kafka_sasl_mechanism:
+            config["sasl_mechanism"] = self.kafka_sasl_mechanism
+            config["sasl_plain_username"] = self.kafka_sasl_username
+            if self.kafka_sasl_password is not None:
+                config["sasl_plain_password"] = self.kafka_sasl_password.get_secret_value()
+        if self.kafka_ssl_cafile:
+            config["ssl_cafile"] = str(self.kafka_ssl_cafile)
+        return config
+
+    def spark_kafka_options(self) -> dict[str, str]:
+        """Options for Spark's Kafka source and sink (`kafka.`-prefixed client properties)."""
+        options = {
+            "kafka.bootstrap.servers": self.bootstrap,
+            "kafka.security.protocol": self.kafka_security_protocol,
+        }
+        if self.kafka_sasl_mechanism:
+            options["kafka.sasl.mechanism"] = self.kafka_sasl_mechanism
+            password = self.kafka_sasl_password.get_secret_value() if self.kafka_sasl_password else ""
+            module = (
+                "org.apache.kafka.common.security.scram.ScramLoginModule"
+                if self.kafka_sasl_mechanism.upper().startswith("SCRAM")
+                else "org.apache.kafka.common.security.plain.PlainLoginModule"
+            )
+            username = self.kafka_sasl_username or ""
+            options["kafka.sasl.jaas.config"] = (
+                f'{module} required username="{_jaas_quoted(username)}" password="{_jaas_quoted(password)}";'
+            )
+        if self.kafka_ssl_cafile:
+            options["kafka.ssl.truststore.type"] = "PEM"
+            options["kafka.ssl.truststore.location"] = str(self.kafka_ssl_cafile)
+        return options
+
+
+class SparkSettings(_Slice):
+    """The Spark session (executor.control.spark_session)."""
+
+    spark_master: str
+    spark_remote: str | None
+    spark_driver_memory: str
+    spark_conf: dict[str, str]
+    spark_log_level: Literal["ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"]
+    # Derived: where the session's logs and Ivy cache go (hotswap's home), the jars, the app's name.
+    home_dir: Path
+    jar_cache: Path
+    app_name: str
+
+
+class ControlSettings(_Slice):
+    """The namespace's control state: its Redis, its lease and its names."""
+
+    namespace: str
+    redis_may_lose_writes: bool
+    lease_ttl: Duration
+    lease_wait: Duration
+    # Derived.
+    redis_dsn: SecretStr
+    names: Names
+
+
+class PipelineSettings(_Slice):
+    """The pipeline: its topics, its windows and watermark, its batches and its graphs."""
+
+    source_topic: str
+    sink_topic: str
+    source_partitions: int
+    topic_replication_factor: int
+    topic_min_insync_replicas: int | None
+    window: Duration
+    lateness: Duration
+    idle_timeout: OffOrDuration
+    max_time_jump: Duration
+    max_offsets_per_trigger: int
+    trigger_interval: OffOrDuration
+    sink_compacted: bool
+    graph_engine: GraphEngine
+    graph_partitions: int | None
+    keep_retired_topics: bool
+    journal_retention: int
+    names: Names  # derived: the namespace's topics, checkpoints and query names
+
+    @property
+    def processing_time(self) -> str | None:
+        """The argument of Spark's `trigger(processingTime=...)`, or None for the default trigger."""
+        return None if self.trigger_interval is None else f"{self.trigger_interval.ms} milliseconds"
+
+
+class QueryRules(_Slice):
+    """What a submitted query may do (README, "Security")."""
+
+    query_kinds: frozenset[QueryKind]
+    static_tables: dict[str, StaticTable]
+
+
+class Timeouts(_Slice):
+    """The bounded waits of a swap and of the control loop."""
+
+    validation_timeout: Duration
+    deploy_timeout: Duration
+    batch_stall_timeout: OffOrDuration
+    retire_timeout: Duration
+    cut_timeout: Duration
+    retry_deadline: Duration
+
+
+class RecoverySettings(_Slice):
+    """What happens when a query fails: restarts, automatic rollback, poison batches."""
+
+    query_restarts: int
+    query_restart_backoff: Duration
+    auto_rollback: bool
+    rollback_failures: int | None
+    rollback_window: Duration
+    poison_batches: Literal["fail", "dead_letter"]
+
+
+class SourceSettings(_Slice):
+    """How the user's topic is read (README, "Your own topic"; contract/source.py)."""
+
+    source_format: SourceFormat
+    source_schema: str
+    avro_schema: Path | None
+    avro_wire: AvroWire
+    event_time: str
+    event_time_unit: EpochUnit
+    timestamp_format: str | None
+
+    def source_spec(self) -> SourceSpec:
+        """The declared source, with the Avro schema file read (its Spark schema is derived when the
+        executor starts: execution_graph.schemas)."""
+        avro_text = None
+        if self.avro_schema is not None:
+            try:
+                avro_text = self.avro_schema.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise ConfigError(f"cannot read the Avro schema {self.avro_schema}: {exc.strerror}") from exc
+        try:
+            return SourceSpec(
+                format=self.source_format,
+                schema_ddl="" if self.source_format is SourceFormat.AVRO else self.source_schema,
+                avro_schema=avro_text,
+                avro_wire=self.avro_wire,
+                event_time=self.event_time,
+                event_time_unit=self.event_time_unit,
+                timestamp_format=self.timestamp_format,
+            )
+        except ValidationError as exc:
+            reasons = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
+            raise ConfigError(f"invalid source: {reasons}") from exc
+
+
+class OperatorSettings(_Slice):
+    """The operator's side of the executor: its logs and its HTTP endpoint (issue 20)."""
+
+    log_format: Literal["console", "json"]
+    log_level: str
+    metrics_port: int | None
+    metrics_host: str
+    metrics_token: SecretStr | None
+
+
+SLICES: tuple[type[_Slice], ...] = (
+    StackSettings,
+    KafkaSettings,
+    SparkSettings,
+    ControlSettings,
+    PipelineSettings,
+    QueryRules,
+    Timeouts,
+    RecoverySettings,
+    SourceSettings,
+    OperatorSettings,
+)
 
 
 class Settings(BaseSettings):
@@ -280,31 +527,74 @@ class Settings(BaseSettings):
         toml_file = Path(os.environ.get("HOTSWAP_CONFIG_FILE", DEFAULT_CONFIG_FILE))
         return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file))
 
-    # Derived values: computed, never stored, so they cannot disagree with the fields above.
+    # -- The slices (above): each class takes the one of its concern ----------------------------
+    def _slice(self, cls: type[_S], **derived: Any) -> _S:
+        own = {name: getattr(self, name) for name in cls.model_fields if name not in derived}
+        return cls(**own, **derived)
+
+    @property
+    def stack(self) -> StackSettings:
+        return self._slice(StackSettings)
+
+    @property
+    def kafka(self) -> KafkaSettings:
+        return self._slice(KafkaSettings, bootstrap=self.bootstrap)
+
+    @property
+    def spark(self) -> SparkSettings:
+        return self._slice(
+            SparkSettings, home_dir=self.home, jar_cache=self.jar_cache, app_name=f"hotswap-{self.namespace}"
+        )
+
+    @property
+    def control(self) -> ControlSettings:
+        return self._slice(ControlSettings, redis_dsn=SecretStr(self.redis_dsn), names=self.names)
+
+    @property
+    def pipeline(self) -> PipelineSettings:
+        return self._slice(PipelineSettings, names=self.names)
+
+    @property
+    def queries(self) -> QueryRules:
+        return self._slice(QueryRules)
+
+    @property
+    def timeouts(self) -> Timeouts:
+        return self._slice(Timeouts)
+
+    @property
+    def recovery(self) -> RecoverySettings:
+        return self._slice(RecoverySettings)
+
+    @property
+    def source(self) -> SourceSettings:
+        return self._slice(SourceSettings)
+
+    @property
+    def operator(self) -> OperatorSettings:
+        return self._slice(OperatorSettings)
+
+    # Derived values, computed by their slice and never stored, so they cannot disagree with the
+    # fields above; here too for the composition root and the tests.
     @property
     def jar_cache(self) -> Path:
-        return (self.jars_dir or self.home / "jars").resolve()
+        return self.stack.jar_cache
 
     @property
     def embedded_kafka_ports(self) -> tuple[int, ...]:
-        """The client ports of the embedded brokers, node 1 first."""
-        return tuple(self.kafka_port + i for i in range(self.kafka_brokers))
+        return self.stack.embedded_kafka_ports
 
     @property
     def embedded_controller_ports(self) -> tuple[int, ...]:
-        """The KRaft controller ports of the embedded brokers, node 1 first."""
-        return tuple(self.kafka_controller_port + i for i in range(self.kafka_brokers))
+        return self.stack.embedded_controller_ports
 
     @property
     def bootstrap(self) -> str:
-        # Every embedded broker: a client must find the cluster while any one of them is down.
-        return self.kafka_bootstrap or ",".join(f"127.0.0.1:{port}" for port in self.embedded_kafka_ports)
+        return self.stack.bootstrap
 
     @property
     def redis_dsn(self) -> str:
-        if self.redis_url is not None:
-            return self.redis_url.get_secret_value()
-        return f"redis://127.0.0.1:{self.redis_port}/0"
+        return self.stack.redis_dsn
 
     @property
     def names(self) -> Names:
@@ -312,70 +602,17 @@ class Settings(BaseSettings):
         return Names(self.namespace, self.home)
 
     def source_spec(self) -> SourceSpec:
-        """The declared source, with the Avro schema file read (its Spark schema is derived when the
-        executor starts: execution_graph.schemas)."""
-        avro_text = None
-        if self.avro_schema is not None:
-            try:
-                avro_text = self.avro_schema.read_text(encoding="utf-8")
-            except OSError as exc:
-                raise ConfigError(f"cannot read the Avro schema {self.avro_schema}: {exc.strerror}") from exc
-        try:
-            return SourceSpec(
-                format=self.source_format,
-                schema_ddl="" if self.source_format is SourceFormat.AVRO else self.source_schema,
-                avro_schema=avro_text,
-                avro_wire=self.avro_wire,
-                event_time=self.event_time,
-                event_time_unit=self.event_time_unit,
-                timestamp_format=self.timestamp_format,
-            )
-        except ValidationError as exc:
-            reasons = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
-            raise ConfigError(f"invalid source: {reasons}") from exc
+        return self.source.source_spec()
 
     def kafka_python_config(self) -> dict[str, Any]:
-        """Client settings for kafka-python (producers, consumers, admin)."""
-        config: dict[str, Any] = {
-            "bootstrap_servers": self.bootstrap.split(","),
-            "security_protocol": self.kafka_security_protocol,
-        }
-        if self.kafka_sasl_mechanism:
-            config["sasl_mechanism"] = self.kafka_sasl_mechanism
-            config["sasl_plain_username"] = self.kafka_sasl_username
-            if self.kafka_sasl_password is not None:
-                config["sasl_plain_password"] = self.kafka_sasl_password.get_secret_value()
-        if self.kafka_ssl_cafile:
-            config["ssl_cafile"] = str(self.kafka_ssl_cafile)
-        return config
+        return self.kafka.kafka_python_config()
 
     @property
     def processing_time(self) -> str | None:
-        """The argument of Spark's `trigger(processingTime=...)`, or None for the default trigger."""
-        return None if self.trigger_interval is None else f"{self.trigger_interval.ms} milliseconds"
+        return self.pipeline.processing_time
 
     def spark_kafka_options(self) -> dict[str, str]:
-        """Options for Spark's Kafka source and sink (`kafka.`-prefixed client properties)."""
-        options = {
-            "kafka.bootstrap.servers": self.bootstrap,
-            "kafka.security.protocol": self.kafka_security_protocol,
-        }
-        if self.kafka_sasl_mechanism:
-            options["kafka.sasl.mechanism"] = self.kafka_sasl_mechanism
-            password = self.kafka_sasl_password.get_secret_value() if self.kafka_sasl_password else ""
-            module = (
-                "org.apache.kafka.common.security.scram.ScramLoginModule"
-                if self.kafka_sasl_mechanism.upper().startswith("SCRAM")
-                else "org.apache.kafka.common.security.plain.PlainLoginModule"
-            )
-            username = self.kafka_sasl_username or ""
-            options["kafka.sasl.jaas.config"] = (
-                f'{module} required username="{_jaas_quoted(username)}" password="{_jaas_quoted(password)}";'
-            )
-        if self.kafka_ssl_cafile:
-            options["kafka.ssl.truststore.type"] = "PEM"
-            options["kafka.ssl.truststore.location"] = str(self.kafka_ssl_cafile)
-        return options
+        return self.kafka.spark_kafka_options()
 
 
 def _jaas_quoted(value: str) -> str:

@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 
 from hotswap.contract.faults import crash_point
 from hotswap.contract.models import GraphRecord
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import KafkaSettings
 from hotswap.contract.source import EVENT_TIME_COLUMN
 from hotswap.contract.windows import GRAPH_WATERMARK_DELAY_MS, Windowing
 from hotswap.execution_graph.checkpoint import CheckpointDir
@@ -172,13 +172,13 @@ class WindowCloser:
 
     def __init__(
         self,
-        settings: Settings,
+        kafka: KafkaSettings,
         record: GraphRecord,
         query: QueryFunction,
         writer: BatchWriter,
         checkpoint: CheckpointDir,
     ) -> None:
-        self._settings = settings
+        self._kafka = kafka
         self._record = record
         self._query = query
         self._writer = writer
@@ -262,7 +262,7 @@ class WindowCloser:
         partitions = sorted(closing.offsets)
         raw = (
             spark.read.format("kafka")
-            .options(**self._settings.spark_kafka_options())
+            .options(**self._kafka.spark_kafka_options())
             .option("assign", json.dumps({topic: partitions}))
             .option("startingOffsets", json.dumps({topic: {str(p): closing.offsets[p][0] for p in partitions}}))
             .option("endingOffsets", json.dumps({topic: {str(p): closing.offsets[p][1] for p in partitions}}))

@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from hotswap.contract.models import SkippedRows
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import KafkaSettings, PipelineSettings
 from hotswap.contract.source import (
     EVENT_TIME_COLUMN,
     KAFKA_KEY_COLUMN,
@@ -55,15 +55,15 @@ def batch_events(spark: SparkSession, reads: SourceSpec) -> DataFrame:
     return parsed_events(spark, rows.where("kind = 'data'"), reads).drop("_hotswap_partition", "_hotswap_offset")
 
 
-def graph_topic_stream(spark: SparkSession, settings: Settings, topic: str) -> DataFrame:
+def graph_topic_stream(spark: SparkSession, pipeline: PipelineSettings, kafka: KafkaSettings, topic: str) -> DataFrame:
     """The graph's input topic as a stream of raw Kafka records (headers included), from its
     first offset, at most `graph_batch_cap` records a batch."""
     return (
         spark.readStream.format("kafka")
-        .options(**settings.spark_kafka_options())
+        .options(**kafka.spark_kafka_options())
         .option("subscribe", topic)
         .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(graph_batch_cap(settings)))
+        .option("maxOffsetsPerTrigger", str(graph_batch_cap(pipeline)))
         # The topic is deleted only after the graph retires; its rows are the buffer and must not vanish.
         .option("failOnDataLoss", "true")
         .option("includeHeaders", "true")
@@ -131,7 +131,8 @@ def parsed_events(spark: SparkSession, data: DataFrame, reads: SourceSpec) -> Da
 
 def events_stream(
     spark: SparkSession,
-    settings: Settings,
+    pipeline: PipelineSettings,
+    kafka: KafkaSettings,
     topic: str,
     reads: SourceSpec,
     start_after: int | None = None,
@@ -140,7 +141,7 @@ def events_stream(
     """The `events` a stateful graph's query sees, from the data rows of the graph's input topic,
     watermarked; from event time `start_after` on when the graph took over a failed graph's topic.
     `reads` is the version's resolved source (execution_graph.schemas.resolve)."""
-    rows = routed_rows(without_skipped(graph_topic_stream(spark, settings, topic), skipped))
+    rows = routed_rows(without_skipped(graph_topic_stream(spark, pipeline, kafka, topic), skipped))
     watermarked = rows.withWatermark(EVENT_TIME_COLUMN, f"{GRAPH_WATERMARK_DELAY_MS} milliseconds")
     # Keeps data rows and drops markers, but only after the watermark node has seen them.
     keep = "true" if start_after is None else f"{EVENT_TIME_COLUMN} >= timestamp_millis({int(start_after)})"
@@ -154,13 +155,13 @@ def events_stream(
     return unique.drop("_hotswap_partition", "_hotswap_offset")
 
 
-def graph_batch_cap(settings: Settings) -> int:
+def graph_batch_cap(pipeline: PipelineSettings) -> int:
     """Most rows one execution-graph batch reads. A service batch writes at most
     `max_offsets_per_trigger` rows to a graph, then its marker: twice that, plus room for the markers
     of ticks, lets a graph read a whole service batch and its marker in one batch (so the marker does
     not land a batch late, and neither does a drain) and catch up when it falls behind, while memory
     stays bounded."""
-    return 2 * settings.max_offsets_per_trigger + 64
+    return 2 * pipeline.max_offsets_per_trigger + 64
 
 
 def _decode(reads: SourceSpec) -> str:

@@ -30,7 +30,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from hotswap.contract.causes import first_line
 from hotswap.contract.lifecycle import BatchWatch, stall_text, stop_between_batches
 from hotswap.contract.models import GraphEngine, GraphRecord, SkippedRows
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import KafkaSettings, PipelineSettings, QueryRules, Timeouts
 from hotswap.execution_graph.checkpoint import CheckpointDir, CheckpointFiles
 from hotswap.execution_graph.closing import FAILED_FILE, WindowCloser, closing_state
 from hotswap.execution_graph.confinement import isolated_session
@@ -91,9 +91,19 @@ class GraphRunner:
     waiting, whether it runs yet.
     """
 
-    def __init__(self, spark: SparkSession, settings: Settings) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        pipeline: PipelineSettings,
+        kafka: KafkaSettings,
+        rules: QueryRules,
+        timeouts: Timeouts,
+    ) -> None:
         self._spark = spark
-        self._settings = settings
+        self._pipeline = pipeline
+        self._kafka = kafka
+        self._rules = rules
+        self._timeouts = timeouts
         self._queries: dict[str, StreamingQuery] = {}
         self._lock = threading.Lock()
         self._starting: dict[str, Future[StreamingQuery]] = {}
@@ -114,39 +124,39 @@ class GraphRunner:
         return query
 
     def _start(self, record: GraphRecord, writer: BatchWriter) -> StreamingQuery:
-        checkpoint = self._settings.names.graph_checkpoint(record.query_id)
+        checkpoint = self._pipeline.names.graph_checkpoint(record.query_id)
         claim_checkpoint(CheckpointDir(self._spark, str(checkpoint)), str(checkpoint), record)
         # The graph's own session: the user's text never runs on the executor's (confinement.py).
-        session = isolated_session(self._spark, self._settings.static_tables)
-        tables = tuple(self._settings.static_tables)
+        session = isolated_session(self._spark, self._rules.static_tables)
+        tables = tuple(self._rules.static_tables)
         if record.engine is GraphEngine.CLOSING:
             compute = prepare_query(record.source, tables)
             # Applied once now, to an empty batch: a query that no longer analyses fails its start, as a
             # stateful graph's does; then once for each batch that closes windows.
             compute(batch_events(session, record.reads))
             files = CheckpointDir(self._spark, str(checkpoint))
-            closer = WindowCloser(self._settings, record, compute, writer, files)
+            closer = WindowCloser(self._kafka, record, compute, writer, files)
             with self._lock:
                 self._closers[record.query_id] = closer
             stream = (
-                graph_topic_stream(session, self._settings, record.topic)
-                .writeStream.queryName(self._settings.names.graph_query(record.query_id))
+                graph_topic_stream(session, self._pipeline, self._kafka, record.topic)
+                .writeStream.queryName(self._pipeline.names.graph_query(record.query_id))
                 .option("checkpointLocation", str(checkpoint))
                 .foreachBatch(closer)
             )
         else:
             events = events_stream(
-                session, self._settings, record.topic, record.reads, record.reads_from, record.skipped
+                session, self._pipeline, self._kafka, record.topic, record.reads, record.reads_from, record.skipped
             )
             output = apply_query(events, record.source, tables)
             stream = (
-                output.writeStream.queryName(self._settings.names.graph_query(record.query_id))
+                output.writeStream.queryName(self._pipeline.names.graph_query(record.query_id))
                 .outputMode("append")
                 .option("checkpointLocation", str(checkpoint))
                 .foreachBatch(writer)
             )
-        if self._settings.processing_time is not None:
-            stream = stream.trigger(processingTime=self._settings.processing_time)
+        if self._pipeline.processing_time is not None:
+            stream = stream.trigger(processingTime=self._pipeline.processing_time)
         query = stream.start()
         log.info(
             "execution graph started",
@@ -252,7 +262,7 @@ class GraphRunner:
         """The rows of the batch the graph failed on: its last planned batch, which has no commit.
         A stateful graph's batch read its offset range from the batch before; a closing graph's
         windows were computed over the ranges it wrote when it failed. None: no such batch."""
-        files = CheckpointDir(self._spark, str(self._settings.names.graph_checkpoint(record.query_id)))
+        files = CheckpointDir(self._spark, str(self._pipeline.names.graph_checkpoint(record.query_id)))
         planned = files.batch_ids("offsets")
         if not planned:
             return None
@@ -303,7 +313,7 @@ class GraphRunner:
 
     def _checkpoint(self, query_id: str) -> tuple[Any, Any]:
         """The Hadoop file system and root path of a graph's checkpoint (local or on a cluster's store)."""
-        root = self._path(None, str(self._settings.names.graph_checkpoint(query_id)))
+        root = self._path(None, str(self._pipeline.names.graph_checkpoint(query_id)))
         return root.getFileSystem(self._spark.sparkContext._jsc.hadoopConfiguration()), root
 
     def _path(self, parent: Any, child: str) -> Any:
@@ -359,7 +369,7 @@ class GraphRunner:
         query = self.query(query_id)
         if query is None:
             return None
-        limit = self._settings.batch_stall_timeout
+        limit = self._timeouts.batch_stall_timeout
         with self._lock:
             watch = self._watches.setdefault(query_id, BatchWatch(None if limit is None else limit.s))
         running = watch.look(query, now)

@@ -27,16 +27,21 @@ from hotswap.contract.envelope import (
 )
 from hotswap.contract.errors import TimeoutExpired
 from hotswap.contract.models import GraphRecord, SkippedRows
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import KafkaSettings
 
 
 def dead_letter_rows(
-    settings: Settings, record: GraphRecord, rows: Sequence[SkippedRows], why: str, timeout_s: float
+    kafka: KafkaSettings,
+    dead_letter_topic: str,
+    record: GraphRecord,
+    rows: Sequence[SkippedRows],
+    why: str,
+    timeout_s: float,
 ) -> int:
     """Copy the data rows of `rows` from the graph's topic to the dead-letter topic; returns how many."""
     deadline = time.monotonic() + timeout_s
-    consumer = KafkaConsumer(**settings.kafka_python_config(), enable_auto_commit=False)
-    producer = KafkaProducer(**settings.kafka_python_config(), acks="all")
+    consumer = KafkaConsumer(**kafka.kafka_python_config(), enable_auto_commit=False)
+    producer = KafkaProducer(**kafka.kafka_python_config(), acks="all")
     moved = 0
     try:
         for skipped in rows:
@@ -60,7 +65,7 @@ def dead_letter_rows(
                     if kind != RowKind.DATA or not skipped.holds(message.partition, message.offset, event_time):
                         continue
                     producer.send(
-                        settings.names.dead_letter_topic,
+                        dead_letter_topic,
                         key=message.key,
                         value=message.value,
                         headers=[

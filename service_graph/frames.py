@@ -32,7 +32,7 @@ from pyspark.sql import functions as F
 
 from hotswap.contract.envelope import REASON_CODE_HEADER, REASON_HEADER, ROUTE_HEADER, SOURCE_HEADER, DeadLetterReason
 from hotswap.contract.models import Destination, RoutingPlan
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import KafkaSettings, PipelineSettings
 from hotswap.contract.windows import format_duration_ms
 from hotswap.service_graph.reading import sql_str
 from hotswap.service_graph.routing import PartitionBatchStats
@@ -66,16 +66,18 @@ def median_event_time(read: DataFrame) -> int | None:
     return None if row is None or row["median"] is None else int(row["median"])
 
 
-def route_and_write(read: DataFrame, plan: RoutingPlan, settings: Settings, partitions: int) -> BatchStats:
+def route_and_write(
+    read: DataFrame, plan: RoutingPlan, pipeline: PipelineSettings, kafka: KafkaSettings, partitions: int
+) -> BatchStats:
     """Route the batch's records (from reading.Reading.read) by `plan`, write them, and return
     the batch's statistics. `partitions`: how many partitions the source topic has."""
-    routed = _classified(read, plan, settings)
+    routed = _classified(read, plan, pipeline)
     observation = Observation(OBSERVATION)
     observed = routed.observe(observation, *_statistics(plan.destinations, partitions))
     (
-        _for_kafka(observed, plan, settings)
+        _for_kafka(observed, plan, pipeline)
         .write.format("kafka")
-        .options(**settings.spark_kafka_options())
+        .options(**kafka.spark_kafka_options())
         .mode("append")
         .save()
     )
@@ -112,11 +114,11 @@ def _bound(value: int | None, unbounded: int) -> int:
     return unbounded if value is None else value
 
 
-def _classified(read: DataFrame, plan: RoutingPlan, settings: Settings) -> DataFrame:
+def _classified(read: DataFrame, plan: RoutingPlan, pipeline: PipelineSettings) -> DataFrame:
     """Adds `route` (dead_letter, late or data) and the routed row's `window_end`; a record too far
     ahead of the watermark gets its reason here. Keeps the plan's bounds as columns for what follows."""
-    jump = sql_str(f"event time more than {format_duration_ms(settings.max_time_jump.ms)} ahead of the watermark")
-    size = settings.window.ms
+    jump = sql_str(f"event time more than {format_duration_ms(pipeline.max_time_jump.ms)} ahead of the watermark")
+    size = pipeline.window.ms
     bounds = [f"_{side}_{i}" for i in range(len(plan.destinations)) for side in ("since", "until")]
     return (
         _with_constants(read, plan)
@@ -147,10 +149,10 @@ def _holds(i: int) -> str:
     return f"ts >= _since_{i} AND ts < _until_{i}"
 
 
-def _for_kafka(routed: DataFrame, plan: RoutingPlan, settings: Settings) -> DataFrame:
+def _for_kafka(routed: DataFrame, plan: RoutingPlan, pipeline: PipelineSettings) -> DataFrame:
     """`topic`, `key`, `value`, `headers` for Spark's Kafka sink: the record's own key and value,
     and hotswap's metadata in headers (contract/envelope.py)."""
-    names = settings.names
+    names = pipeline.names
     route_header = (
         f"array(named_struct('key', {sql_str(ROUTE_HEADER)}, 'value', CAST(concat_ws(',', route, "
         "CAST(partition AS STRING), CAST(offset AS STRING), CAST(ts AS STRING), "

@@ -10,7 +10,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from hotswap.contract.envelope import ROUTE_HEADER, marker_route
 from hotswap.contract.outages import KAFKA, OUTAGES
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import KafkaSettings
 from hotswap.contract.windows import marker_event_time
 from hotswap.service_graph.routing import Marker
 
@@ -22,14 +22,15 @@ MARKER_KEY = b"__hotswap_marker__"
 class SourceOffsets:
     """Kafka's view of the source topic: what is waiting (end offsets) and what is left (log start)."""
 
-    def __init__(self, settings: Settings) -> None:
-        self._settings = settings
+    def __init__(self, kafka: KafkaSettings, topic: str) -> None:
+        self._kafka = kafka
+        self._topic = topic
         self._consumer: KafkaConsumer | None = None
 
     def _parts(self) -> tuple[KafkaConsumer, list[TopicPartition]]:
         if self._consumer is None:
-            self._consumer = KafkaConsumer(**self._settings.kafka_python_config(), enable_auto_commit=False)
-        topic = self._settings.source_topic
+            self._consumer = KafkaConsumer(**self._kafka.kafka_python_config(), enable_auto_commit=False)
+        topic = self._topic
         parts = [TopicPartition(topic, p) for p in sorted(self._consumer.partitions_for_topic(topic) or [])]
         return self._consumer, parts
 
@@ -62,8 +63,8 @@ class MarkerWriter:
     markers only ever move a graph's watermark forward, so a late or repeated one is harmless.
     """
 
-    def __init__(self, settings: Settings) -> None:
-        self._settings = settings
+    def __init__(self, kafka: KafkaSettings) -> None:
+        self._kafka = kafka
         self._producer: KafkaProducer | None = None
         self._written: dict[str, int] = {}  # topic -> watermark of the last marker Kafka took there
         self._lock = threading.Lock()  # the producer's thread records what Kafka took
@@ -77,7 +78,7 @@ class MarkerWriter:
         if not markers:
             return
         if self._producer is None:
-            self._producer = KafkaProducer(**self._settings.kafka_python_config(), acks="all", linger_ms=0)
+            self._producer = KafkaProducer(**self._kafka.kafka_python_config(), acks="all", linger_ms=0)
         for marker in markers:
             headers = [(ROUTE_HEADER, marker_route(marker_event_time(marker.watermark)))]
             # Every partition gets the marker: each must see the watermark move.

@@ -48,7 +48,7 @@ from hotswap.contract.names import (
 from hotswap.contract.phases import Driver, Wait, driven_by
 from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.records import read_current, read_graphs_named, read_service_state
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import KafkaSettings, PipelineSettings, RecoverySettings, Timeouts
 from hotswap.contract.source import SourceFormat, SourceSpec
 from hotswap.contract.windows import Windowing, buffer_start, reached_cut
 from hotswap.service_graph.errors import NoTargetGraph, ServiceGraphError
@@ -82,21 +82,32 @@ class ServiceGraph:
     """Owns the permanent routing query of one namespace."""
 
     def __init__(
-        self, spark: SparkSession, settings: Settings, client: redis.Redis, fence: Fence | None = None
+        self,
+        spark: SparkSession,
+        client: redis.Redis,
+        fence: Fence | None = None,
+        *,
+        pipeline: PipelineSettings,
+        kafka: KafkaSettings,
+        timeouts: Timeouts,
+        recovery: RecoverySettings,
     ) -> None:
         self._spark = spark
-        self._settings = settings
+        self._pipeline = pipeline
+        self._kafka = kafka
+        self._timeouts = timeouts
+        self._recovery = recovery
         self._redis = client
-        self._keys = Keys(settings.namespace)
+        self._keys = Keys(pipeline.names.namespace)
         self._fence = fence  # every routing decision and state write needs the executor's lease
         self._journal = Journal(client, self._keys, fence)
-        self._markers = MarkerWriter(settings)
-        self._source = SourceOffsets(settings)
+        self._markers = MarkerWriter(kafka)
+        self._source = SourceOffsets(kafka, pipeline.source_topic)
         self._lock = threading.Lock()
-        self._idle = IdleClock(settings.idle_timeout.ms if settings.idle_timeout else None, time.monotonic())
+        self._idle = IdleClock(pipeline.idle_timeout.ms if pipeline.idle_timeout else None, time.monotonic())
         self._last_advance = 0.0
         self.query: StreamingQuery | None = None
-        self._restarts = RestartBudget(settings.query_restarts, settings.query_restart_backoff.s)
+        self._restarts = RestartBudget(recovery.query_restarts, recovery.query_restart_backoff.s)
         self._watch = BatchWatch(None)  # the batch in flight (batch_stall_timeout); set at each start
         self._stall: str | None = None  # why the running query was cancelled, if it stalled
         self._source_spec: SourceSpec | None = None  # the namespace's resolved source, from start()
@@ -120,30 +131,30 @@ class ServiceGraph:
             self._readings.clear()
         if self._source_spec is None:
             raise ServiceGraphError("the service graph was started without its source; this is a bug in hotswap")
-        settings = self._settings
+        pipeline = self._pipeline
         self._partitions = self._source.partition_count()
         records = (
             self._spark.readStream.format("kafka")
-            .options(**settings.spark_kafka_options())
-            .option("subscribe", settings.source_topic)
+            .options(**self._kafka.spark_kafka_options())
+            .option("subscribe", pipeline.source_topic)
             # Only the very first start reads from the beginning; later starts use the checkpoint.
             .option("startingOffsets", "earliest")
-            .option("maxOffsetsPerTrigger", str(settings.max_offsets_per_trigger))
+            .option("maxOffsetsPerTrigger", str(pipeline.max_offsets_per_trigger))
             # Rows deleted by retention before they were read are counted as expired (see _record).
             .option("failOnDataLoss", "false")
             .load()
         )
         writer = (
-            records.writeStream.queryName(settings.names.service_query)
-            .option("checkpointLocation", str(settings.names.service_checkpoint))
+            records.writeStream.queryName(pipeline.names.service_query)
+            .option("checkpointLocation", str(pipeline.names.service_checkpoint))
             .foreachBatch(self.route_batch)
         )
-        if settings.processing_time is not None:
-            writer = writer.trigger(processingTime=settings.processing_time)
-        limit = settings.batch_stall_timeout
+        if pipeline.processing_time is not None:
+            writer = writer.trigger(processingTime=pipeline.processing_time)
+        limit = self._timeouts.batch_stall_timeout
         self._watch, self._stall = BatchWatch(None if limit is None else limit.s), None
         self.query = writer.start()
-        log.info("service graph started", query=settings.names.service_query, source=settings.source_topic)
+        log.info("service graph started", query=pipeline.names.service_query, source=pipeline.source_topic)
         return self.query
 
     def supervise(self) -> None:
@@ -159,7 +170,7 @@ class ServiceGraph:
         failure = query.exception()
         reason = self._stall or (root_cause(failure) if failure is not None else "it stopped")
         if is_checkpoint_conflict(str(failure)) and self._restarts.forgives_conflict(
-            now, self._settings.retry_deadline.s
+            now, self._timeouts.retry_deadline.s
         ):
             # A stalled predecessor's Spark still writes the checkpoint: retry, uncounted (see Graphs.supervise).
             if self._restarts.first_seen(now):
@@ -184,7 +195,7 @@ class ServiceGraph:
         running = self._watch.look(query, now)
         if running is None:
             return
-        self._stall = stall_text(running, self._settings.batch_stall_timeout)
+        self._stall = stall_text(running, self._timeouts.batch_stall_timeout)
         fenced_write(self._redis, self._fence, lambda batch: batch.hincrby(self._keys.counters, f"{STALLED}service", 1))
         log.warning(
             "service graph's batch stalled; restarting it from its checkpoint",
@@ -201,7 +212,7 @@ class ServiceGraph:
 
     # -- one micro-batch -------------------------------------------------------------------
     def route_batch(self, batch: DataFrame, batch_id: int) -> None:
-        name = self._settings.names.service_query  # stage timings per query (contract.stages, `make bench`)
+        name = self._pipeline.names.service_query  # stage timings per query (contract.stages, `make bench`)
         with self._lock, stages.timed(name, "batch"):
             if self._fence is not None:
                 # A stalled executor that lost its lease, or a flushed Redis, must not route a row.
@@ -220,7 +231,7 @@ class ServiceGraph:
                 if self._fence is not None:
                     self._fence.verify(self._redis)  # again, right before the first row is written
                 with stages.timed(name, "route_and_write"):
-                    stats = route_and_write(read, plan, self._settings, self._partitions)
+                    stats = route_and_write(read, plan, self._pipeline, self._kafka, self._partitions)
             finally:
                 if first:
                     batch.unpersist()
@@ -269,7 +280,7 @@ class ServiceGraph:
         swaps = self._move_on(self._journal.open(), state, batch_id)
         plan = self._next_plan(batch_id, state, swaps)
         median = median_event_time(self._reading(plan).read(batch)) if state.watermark is None else None
-        plan = plan.changed(ahead_after=time_jump_limit(state.watermark, median, self._settings.max_time_jump.ms))
+        plan = plan.changed(ahead_after=time_jump_limit(state.watermark, median, self._pipeline.max_time_jump.ms))
 
         def queue(pipe: Batch) -> None:
             pipe.set(self._keys.routing_plan(batch_id), plan.model_dump_json())
@@ -301,7 +312,7 @@ class ServiceGraph:
 
     def _take_cut(self, swap: SwapRecord, state: ServiceState, batch_id: int) -> SwapRecord | None:
         # A swap that rolls back on its own (never a rollback itself) keeps what its rollback needs.
-        rolls_back = (swap.auto_rollback or self._settings.auto_rollback) and swap.rollback_of is None
+        rolls_back = (swap.auto_rollback or self._recovery.auto_rollback) and swap.rollback_of is None
         boundary = decide_cut(state, swap, rolls_back)
         kept = _kept_for_rollback(swap, boundary) if rolls_back else None
         cut = self._journal.record_cut(swap.id, boundary, batch_id, buffer_from=kept)
@@ -341,7 +352,7 @@ class ServiceGraph:
             batch_id,
             stats,
             now_ms=now_ms(),
-            lateness_ms=self._settings.lateness.ms,
+            lateness_ms=self._pipeline.lateness.ms,
             idleness=self._idle.idleness(partitions, idle, now),
         )
 
@@ -424,7 +435,7 @@ class ServiceGraph:
             for s in gaps
         )
         if expired:
-            log.warning("source rows expired before they were read", topic=self._settings.source_topic, rows=expired)
+            log.warning("source rows expired before they were read", topic=self._pipeline.source_topic, rows=expired)
         return expired
 
     # -- markers and drain -----------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import KafkaSettings
 from hotswap.service_sink.errors import TopicReadIncomplete
 
 
@@ -38,11 +38,11 @@ class Audit:
         return not self.missing_windows and self.duplicate_results == 0 and self.overlapping_windows == 0
 
 
-def read_topic_records(settings: Settings, topic: str, timeout_s: float = 10.0) -> list[Any]:
+def read_topic_records(kafka: KafkaSettings, topic: str, timeout_s: float = 10.0) -> list[Any]:
     """Every record currently in `topic` (kafka-python ConsumerRecords), in offset order per
     partition, up to the end offsets seen on entry. Raises TopicReadIncomplete if `timeout_s` runs
     out first: a partial read would pass for a topic with fewer records."""
-    consumer = KafkaConsumer(**settings.kafka_python_config(), enable_auto_commit=False)
+    consumer = KafkaConsumer(**kafka.kafka_python_config(), enable_auto_commit=False)
     try:
         parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
         if not parts:
@@ -67,10 +67,10 @@ def read_topic_records(settings: Settings, topic: str, timeout_s: float = 10.0) 
         consumer.close()
 
 
-def read_results(settings: Settings, topic: str | None = None, timeout_s: float = 10.0) -> list[Result]:
+def read_results(kafka: KafkaSettings, topic: str, timeout_s: float = 10.0) -> list[Result]:
     """Every result currently in the results topic, in offset order per partition."""
     out: list[Result] = []
-    for record in read_topic_records(settings, topic or settings.sink_topic, timeout_s):
+    for record in read_topic_records(kafka, topic, timeout_s):
         row = json.loads(record.value)
         out.append(
             Result(

@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from hotswap.contract.ownership import OwnedWindows
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import KafkaSettings
 
 # to_json drops null fields by default; every column stays, and a null group in the key stays
 # distinct from "" or "null".
@@ -34,7 +34,8 @@ class ResultWriter:
 
     def __init__(
         self,
-        settings: Settings,
+        kafka: KafkaSettings,
+        sink_topic: str,
         query_id: str,
         group_columns: tuple[str, ...],
         check_lease: Callable[[], None] | None = None,
@@ -43,7 +44,8 @@ class ResultWriter:
         key_window_end: bool = False,
         unowned_topic: str | None = None,
     ) -> None:
-        self._settings = settings
+        self._kafka = kafka
+        self._sink_topic = sink_topic
         self._query_id = query_id
         self._group_columns = group_columns
         # Raises when this executor lost its lease: a stalled executor's graph must fail at its next
@@ -58,7 +60,7 @@ class ResultWriter:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if self._check_lease is not None:
             self._check_lease()
-        topic = F.lit(self._settings.sink_topic)
+        topic = F.lit(self._sink_topic)
         if self._owned is not None:
             owned = self._owned()
             if self._unowned_topic is not None:
@@ -84,7 +86,7 @@ class ResultWriter:
                 F.to_json(F.struct(*value_columns), _KEEP_NULLS).alias("value"),
             )
             .write.format("kafka")
-            .options(**self._settings.spark_kafka_options())
+            .options(**self._kafka.spark_kafka_options())
             .mode("append")  # Kafka is written through DataSource V2, which needs it (spark_session.py)
             .save()
         )

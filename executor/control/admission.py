@@ -43,7 +43,7 @@ from hotswap.contract.faults import crash_point
 from hotswap.contract.journal import Also, Journal, SwapPhase, SwapRecord
 from hotswap.contract.models import GraphRecord, QuerySource, new_spark_query_id
 from hotswap.contract.reasons import ReasonCode
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import PipelineSettings, Timeouts
 from hotswap.contract.source import SourceSpec
 from hotswap.contract.windows import Windowing
 from hotswap.execution_graph.errors import QueryRejected
@@ -160,8 +160,8 @@ class Analyser:
     has Spark analyse it, which takes seconds: the executor's loop never runs it itself, but on a
     worker thread (a submit's, a dry run's)."""
 
-    def __init__(self, settings: Settings, graphs: Graphs) -> None:
-        self._settings = settings
+    def __init__(self, pipeline: PipelineSettings, graphs: Graphs) -> None:
+        self._names = pipeline.names
         self._graphs = graphs
 
     def analyse(self, source: QuerySource, basis: Basis) -> Analysed:
@@ -184,7 +184,7 @@ class Analyser:
         assert reads is not None
         assert shape is not None
         engine, partitions = self._graphs.layout()
-        names = self._settings.names
+        names = self._names
         return GraphRecord(
             query_id=query_id,
             source=analysed.source,
@@ -216,16 +216,18 @@ class Analysis:
 class Admission:
     def __init__(
         self,
-        settings: Settings,
         journal: Journal,
         graphs: Graphs,
         worker: Worker = on_own_thread,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        pipeline: PipelineSettings,
+        timeouts: Timeouts,
     ) -> None:
-        self._settings = settings
+        self._timeouts = timeouts
         self._journal = journal
         self._graphs = graphs
-        self._analyser = Analyser(settings, graphs)
+        self._analyser = Analyser(pipeline, graphs)
         self._worker = worker  # where analyses run (tests may run them at once, on the caller's thread)
         self._clock = clock
         self._analysis: Analysis | None = None
@@ -275,10 +277,10 @@ class Admission:
                     )
                     continue
                 waited = self._clock() - analysis.started_s
-                if waited <= self._settings.validation_timeout.s:
+                if waited <= self._timeouts.validation_timeout.s:
                     return None
                 self._analysis = None  # its thread is abandoned: Spark's analysis cannot be cancelled
-                reason = f"{not_validated_in_time(swap.source, self._settings.validation_timeout)}; nothing changed"
+                reason = f"{not_validated_in_time(swap.source, self._timeouts.validation_timeout)}; nothing changed"
                 return self._reject(swap, reason, ReasonCode.VALIDATION_TIMEOUT, waited) or self._journal.get(swap.id)
             # Checked again now: the swap before it may have been aborted, or failed, meanwhile.
             if analysis.swap_id == swap.id and analysis.basis == self._basis(swap, swaps):

@@ -65,13 +65,31 @@ class Executor:
         self._spark = spark
         self._redis = client
         self._keys = Keys(settings.namespace)
-        self._topics = Topics(settings)
+        self._topics = Topics(settings.kafka, settings.pipeline, settings.timeouts)
         self._lease = Lease(client, self._keys.lease, settings.lease_ttl.ms)
         self.lease = self._lease  # read by the metrics (renewals and failures)
         # Every control write below checks that this executor still holds the lease (contract.fence).
         self._fence = Fence(self._keys, self._lease.token)
-        self.graphs = Graphs(spark, settings, client, self._topics, self._fence)
-        self.service = ServiceGraph(spark, settings, client, self._fence)
+        self.graphs = Graphs(
+            spark,
+            client,
+            self._topics,
+            self._fence,
+            pipeline=settings.pipeline,
+            kafka=settings.kafka,
+            queries=settings.queries,
+            timeouts=settings.timeouts,
+            recovery=settings.recovery,
+        )
+        self.service = ServiceGraph(
+            spark,
+            client,
+            self._fence,
+            pipeline=settings.pipeline,
+            kafka=settings.kafka,
+            timeouts=settings.timeouts,
+            recovery=settings.recovery,
+        )
         self.reporter = ProgressReporter(
             client,
             self._keys,
@@ -81,14 +99,18 @@ class Executor:
             batch_watermark=self.graphs.runner.batch_watermark,
         )
         self._swaps: SwapProtocol | None = None
-        self._analyser = Analyser(settings, self.graphs)  # admits the namespace's first query
-        self.dry_runs = DryRuns(settings, spark, client, self.graphs)  # `submit --dry-run`: answered, never recorded
+        self._analyser = Analyser(settings.pipeline, self.graphs)  # admits the namespace's first query
+        self.dry_runs = DryRuns(  # `submit --dry-run`: answered, never recorded
+            spark, client, self.graphs, pipeline=settings.pipeline, kafka=settings.kafka, timeouts=settings.timeouts
+        )
         self.requests = OperatorRequests(client, self._keys, self._fence)  # submit, abort, promote
         self._phase = ExecutorPhase.STOPPED
         self.ready = threading.Event()
         journal = Journal(client, self._keys, self._fence)
-        self._retention = Retention(settings, journal, self.graphs, Topics(settings))
-        self._journal_seen = JournalSeen(settings)  # the journal's version, kept beside the checkpoints
+        self._retention = Retention(
+            settings.pipeline, journal, self.graphs, Topics(settings.kafka, settings.pipeline, settings.timeouts)
+        )
+        self._journal_seen = JournalSeen(settings.control)  # the journal's version, kept beside the checkpoints
 
     def spark_queries(self) -> list[StreamingQuery]:
         """The service graph's and the execution graphs' Spark queries, live or dead."""
@@ -97,11 +119,11 @@ class Executor:
 
     def run(self, initial: QuerySource | None, stop: threading.Event) -> None:
         """Run until `stop` is set; returns after stopping every query this executor started."""
-        check_durability(self._redis, self.settings)
+        check_durability(self._redis, self.settings.control)
         source = self._resolved_source()
         self._lease.acquire(self.settings.lease_wait.s)
         try:
-            claim(self._redis, self.settings, self._topics, self._lease.token, source)
+            claim(self._redis, self.settings.control, self._topics, self._lease.token, source)
         except Exception:
             self._lease.release()
             raise
@@ -109,7 +131,15 @@ class Executor:
         structlog.contextvars.bind_contextvars(namespace=self.settings.namespace)
         try:
             self._bootstrap(initial, source)
-            self._swaps = SwapProtocol(self.settings, self._redis, self.graphs, self.reporter, self._fence)
+            self._swaps = SwapProtocol(
+                self._redis,
+                self.graphs,
+                self.reporter,
+                self._fence,
+                pipeline=self.settings.pipeline,
+                timeouts=self.settings.timeouts,
+                recovery=self.settings.recovery,
+            )
             self._enter(ExecutorPhase.RUNNING)
             self.ready.set()
             log.info("executor running", source=self.settings.source_topic, sink=self.settings.sink_topic)

@@ -25,7 +25,7 @@ from hotswap.contract.names import Keys
 from hotswap.contract.plans import DRY_RUN_TTL_S, DryRunPlan, DryRunRequest
 from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.records import read_current, read_graphs_named, read_service_state
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import KafkaSettings, PipelineSettings, Timeouts
 from hotswap.contract.windows import cut_boundary
 from hotswap.execution_graph.graph import events_stream
 from hotswap.executor.control.admission import Analyser, basis_for, not_validated_in_time, on_own_thread, rejection
@@ -44,19 +44,24 @@ def schema_ddl(schema: T.StructType) -> str:
 class DryRuns:
     def __init__(
         self,
-        settings: Settings,
         spark: SparkSession,
         client: redis.Redis,
         graphs: Graphs,
         worker: Callable[[Callable[[], DryRunPlan], str], Future[DryRunPlan]] = on_own_thread,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        pipeline: PipelineSettings,
+        kafka: KafkaSettings,
+        timeouts: Timeouts,
     ) -> None:
-        self._settings = settings
+        self._pipeline = pipeline
+        self._kafka = kafka
+        self._timeouts = timeouts
         self._spark = spark
         self._redis = client
         self._graphs = graphs
-        self._analyser = Analyser(settings, graphs)
-        self._keys = Keys(settings.namespace)
+        self._analyser = Analyser(pipeline, graphs)
+        self._keys = Keys(pipeline.names.namespace)
         self._worker = worker
         self._clock = clock
         self._pending: tuple[DryRunRequest, Future[DryRunPlan], float] | None = None  # the analysis in progress
@@ -75,8 +80,8 @@ class DryRuns:
             request, work, started = self._pending
             if work.done():
                 plan = self._outcome(request, work)
-            elif self._clock() - started > self._settings.validation_timeout.s:
-                reason = not_validated_in_time(request.source, self._settings.validation_timeout)
+            elif self._clock() - started > self._timeouts.validation_timeout.s:
+                reason = not_validated_in_time(request.source, self._timeouts.validation_timeout)
                 plan = self._refused(request, reason, ReasonCode.VALIDATION_TIMEOUT)
             else:
                 return
@@ -116,7 +121,7 @@ class DryRuns:
         current = read_current(self._redis, self._keys)
         basis = basis_for(swaps, current.query_id if current else None, self._graph, self._graphs.namespace_source)
         service = read_service_state(self._redis, self._keys)
-        lateness = self._settings.lateness.ms
+        lateness = self._pipeline.lateness.ms
         base = DryRunPlan(
             request_id=request.id,
             query=request.source.name,
@@ -132,7 +137,11 @@ class DryRuns:
             # The `events` a deployed graph of this version would read, on a topic that is never read.
             try:
                 stream = events_stream(
-                    self._spark, self._settings, self._settings.names.graph_topic("validation"), analysed.reads
+                    self._spark,
+                    self._pipeline,
+                    self._kafka,
+                    self._pipeline.names.graph_topic("validation"),
+                    analysed.reads,
                 )
                 base = base.changed(schema_ddl=schema_ddl(stream.schema))
             except Exception as exc:  # noqa: BLE001 - said as a rejection: nothing here may stop the executor

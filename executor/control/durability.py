@@ -10,7 +10,7 @@ import redis
 import structlog
 
 from hotswap.contract.errors import ConfigError
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import ControlSettings
 
 log = structlog.get_logger(__name__)
 
@@ -20,9 +20,9 @@ _OPT_OUT = (
 )
 
 
-def check_durability(client: redis.Redis, settings: Settings) -> None:
+def check_durability(client: redis.Redis, control: ControlSettings) -> None:
     """Raise ConfigError, in one line, if Redis may lose an acknowledged write."""
-    if settings.redis_may_lose_writes:
+    if control.redis_may_lose_writes:
         return
     try:
         found = client.config_get("append*")

@@ -26,7 +26,7 @@ from hotswap.contract.names import DEAD_LETTER, DEAD_LETTER_RECORDS, ROUTED, SKI
 from hotswap.contract.ownership import OwnershipReader
 from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.records import read_current, read_graphs, read_graphs_named
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import KafkaSettings, PipelineSettings, QueryRules, RecoverySettings, Timeouts
 from hotswap.contract.source import SourceFormat, SourceSpec
 from hotswap.execution_graph.confinement import check_kind, check_size, isolated_session
 from hotswap.execution_graph.errors import QueryRejected
@@ -48,25 +48,34 @@ class Graphs:
     def __init__(
         self,
         spark: SparkSession,
-        settings: Settings,
         client: redis.Redis,
         topics: Topics,
         fence: Fence | None = None,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        pipeline: PipelineSettings,
+        kafka: KafkaSettings,
+        queries: QueryRules,
+        timeouts: Timeouts,
+        recovery: RecoverySettings,
     ) -> None:
         self._fence = fence
         self._clock = clock  # measures restart back-off and healthy time (tests move it by hand)
         self._spark = spark
-        self._settings = settings
+        self._pipeline = pipeline
+        self._kafka = kafka
+        self._queries = queries
+        self._timeouts = timeouts
+        self._recovery = recovery
         self._redis = client
-        self._keys = Keys(settings.namespace)
+        self._keys = Keys(pipeline.names.namespace)
         self._topics = topics
-        self.runner = GraphRunner(spark, settings)
+        self.runner = GraphRunner(spark, pipeline, kafka, queries, timeouts)
         self._restarts: dict[str, RestartBudget] = {}
         self._namespace_source: SourceSpec | None = None  # set when the executor starts (namespace_source)
         # The source topic's partitions when the executor started: a closing graph's topic has as
         # many unless `graph_partitions` says otherwise.
-        self.source_partitions: int = settings.source_partitions
+        self.source_partitions: int = pipeline.source_partitions
         # Queries under an automatic rollback's error budget: (failures allowed, within seconds).
         # The last stall of each graph whose batch was cancelled for running too long.
         self.stalls: dict[str, str] = {}
@@ -128,25 +137,25 @@ class Graphs:
     # -- validation ------------------------------------------------------------------------
     def layout(self) -> tuple[GraphEngine, int]:
         """The engine and topic partitions of a graph recorded now (GraphRecord's fields)."""
-        engine = self._settings.graph_engine
+        engine = self._pipeline.graph_engine
         if engine is GraphEngine.STATEFUL:
             return engine, 1
-        return engine, self._settings.graph_partitions or self.source_partitions
+        return engine, self._pipeline.graph_partitions or self.source_partitions
 
     def validate(self, source: QuerySource, running_window_ms: int | None, reads: SourceSpec) -> QueryShape:
         """Analyse the query over the `events` its version would read (`reads`), as the engine of a
         graph deployed now would run it: over a stream of a topic that is never started (stateful),
         or over an empty batch (closing), so nothing is read. `running_window_ms`: the spacing of
         the running query's window ends (its slide; its size when tumbling)."""
-        settings = self._settings
+        pipeline, queries = self._pipeline, self._queries
         check_size(source)
-        check_kind(source, settings.query_kinds)
+        check_kind(source, queries.query_kinds)
         # A session of its own: whatever the text is, it never touches the executor's session.
-        session = isolated_session(self._spark, settings.static_tables)
-        tables = tuple(settings.static_tables)
-        if settings.graph_engine is GraphEngine.CLOSING:
+        session = isolated_session(self._spark, queries.static_tables)
+        tables = tuple(queries.static_tables)
+        if pipeline.graph_engine is GraphEngine.CLOSING:
             return validate_query(session, source, batch_events(session, reads), running_window_ms, tables)
-        stream = events_stream(session, settings, settings.names.graph_topic("validation"), reads)
+        stream = events_stream(session, pipeline, self._kafka, pipeline.names.graph_topic("validation"), reads)
         return validate_query(session, source, stream, running_window_ms, tables)
 
     def version_reads(self, source: QuerySource, predecessor: SourceSpec) -> SourceSpec:
@@ -198,11 +207,11 @@ class Graphs:
         """
         self.save(record)
         self.begin(record)
-        deadline = clock() + self._settings.deploy_timeout.s
+        deadline = clock() + self._timeouts.deploy_timeout.s
         while not self.ready(record.query_id):
             if clock() >= deadline:
                 raise TimeoutExpired(
-                    f"execution graph {record.query_id} was not running after {self._settings.deploy_timeout} "
+                    f"execution graph {record.query_id} was not running after {self._timeouts.deploy_timeout} "
                     "(deploy_timeout)"
                 )
             time.sleep(0.2)
@@ -243,7 +252,7 @@ class Graphs:
                 self._stalled(query_id, stall)
             failure = self.runner.failure(query_id)
             restarts = self._restarts.setdefault(
-                query_id, RestartBudget(self._settings.query_restarts, self._settings.query_restart_backoff.s)
+                query_id, RestartBudget(self._recovery.query_restarts, self._recovery.query_restart_backoff.s)
             )
             if failure is None:
                 restarts.healthy(now)
@@ -254,7 +263,7 @@ class Graphs:
             if record.state.is_ended:  # retired or discarded: its query must not run, let alone restart
                 self.runner.stop(query_id)
                 continue
-            if is_checkpoint_conflict(failure) and restarts.forgives_conflict(now, self._settings.retry_deadline.s):
+            if is_checkpoint_conflict(failure) and restarts.forgives_conflict(now, self._timeouts.retry_deadline.s):
                 # A stalled predecessor's Spark still writes this checkpoint: retry, uncounted, until
                 # its queries stop (it exits once it wakes without its lease) or retry_deadline passes.
                 if restarts.first_seen(now):
@@ -270,7 +279,7 @@ class Graphs:
             over_budget = self._over_error_budget(query_id, restarts, now) if new_failure else None
             if restarts.exhausted and not over_budget and self._skip_poison_batch(record, failure):
                 self._restarts[query_id] = RestartBudget(
-                    self._settings.query_restarts, self._settings.query_restart_backoff.s
+                    self._recovery.query_restarts, self._recovery.query_restart_backoff.s
                 )
                 continue
             if restarts.exhausted or over_budget:
@@ -291,7 +300,7 @@ class Graphs:
         """With `poison_batches = dead_letter`, the serving query that failed for good on a batch
         moves that batch's rows to the dead-letter topic and goes on without them (True). Only once
         per batch: failing again without those rows, it was not the rows."""
-        if self._settings.poison_batches != "dead_letter":
+        if self._recovery.poison_batches != "dead_letter":
             return False
         current = self.current()
         if current is None or current.query_id != record.query_id:
@@ -301,7 +310,14 @@ class Graphs:
             return False
         why = f"the serving query {record.query_id} failed for good on its batch {rows[0].batch_id}: {failure}"
         try:
-            moved = dead_letter_rows(self._settings, record, rows, why, self._settings.retry_deadline.s)
+            moved = dead_letter_rows(
+                self._kafka,
+                self._pipeline.names.dead_letter_topic,
+                record,
+                rows,
+                why,
+                self._timeouts.retry_deadline.s,
+            )
         except (KafkaError, HotswapError) as exc:
             log.error("poison batch not moved to the dead-letter topic", query_id=record.query_id, error=str(exc))
             return False
@@ -363,7 +379,8 @@ class Graphs:
         # Each batch emits only the windows this graph owns, as the journal says at that batch
         # (contract.ownership; docs/architecture.md, "The ownership filter").
         return ResultWriter(
-            self._settings,
+            self._kafka,
+            self._pipeline.sink_topic,
             record.query_id,
             record.group_columns,
             check,
@@ -400,7 +417,7 @@ class Graphs:
 
     def remove_topic(self, record: GraphRecord) -> None:
         """Delete a retired graph's topic (unless retired topics are kept, or another graph reads it)."""
-        if not self._settings.keep_retired_topics and not self._topic_in_use(record):
+        if not self._pipeline.keep_retired_topics and not self._topic_in_use(record):
             self._topics.delete(record.topic)
 
     def discard(self, query_id: str) -> None:

@@ -25,7 +25,7 @@ import structlog
 from hotswap.contract.errors import ControlStateLost, LeaseLost, TimeoutExpired
 from hotswap.contract.models import NamespaceRecord
 from hotswap.contract.names import Keys
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import ControlSettings
 from hotswap.contract.source import SourceSpec
 from hotswap.executor.control.topics import Topics
 
@@ -34,14 +34,14 @@ log = structlog.get_logger(__name__)
 RESET_TIMEOUT_S = 60.0
 
 
-def leftovers(settings: Settings, topics: Topics) -> list[str]:
+def leftovers(control: ControlSettings, topics: Topics) -> list[str]:
     """What of the namespace exists outside Redis, in words."""
     found = []
-    root = settings.names.checkpoint_root
+    root = control.names.checkpoint_root
     if root.is_dir() and any(root.iterdir()):
         found.append(f"checkpoints in {root}")
-    owned = topics.names(settings.names.owned_topic_prefix)
-    graphs = [t for t in owned if t.startswith(settings.names.graph_topic(""))]
+    owned = topics.names(control.names.owned_topic_prefix)
+    graphs = [t for t in owned if t.startswith(control.names.graph_topic(""))]
     if graphs:
         found.append(f"{len(graphs)} graph topic(s) such as {graphs[0]}")
     return found
@@ -57,8 +57,8 @@ class JournalSeen:
 
     FILE = "journal-version"
 
-    def __init__(self, settings: Settings) -> None:
-        self._path: Path = settings.names.checkpoint_root / self.FILE
+    def __init__(self, control: ControlSettings) -> None:
+        self._path: Path = control.names.checkpoint_root / self.FILE
         self._written: int | None = None
 
     def read(self) -> int | None:
@@ -98,23 +98,23 @@ class JournalSeen:
         self._written = held
 
 
-def claim(client: redis.Redis, settings: Settings, topics: Topics, holder: str, source: SourceSpec) -> None:
+def claim(client: redis.Redis, control: ControlSettings, topics: Topics, holder: str, source: SourceSpec) -> None:
     """Make sure the namespace has its record (a new namespace's records how it reads `source`), or
     refuse to start if its control state was lost."""
-    keys = Keys(settings.namespace)
+    keys = Keys(control.namespace)
     if client.exists(keys.namespace_record):
-        JournalSeen(settings).check(client, keys)
+        JournalSeen(control).check(client, keys)
         return
     if has_control_state(client, keys):
         raise ControlStateLost(
-            f"Redis holds control state for namespace {settings.namespace!r} but not its record (a key was deleted, "
+            f"Redis holds control state for namespace {control.namespace!r} but not its record (a key was deleted, "
             "or Redis lost acknowledged writes); nothing was started. Bring back the Redis that has it, or start "
             "over with `hotswap run --reset-namespace --query FILE`"
         )
-    found = leftovers(settings, topics)
+    found = leftovers(control, topics)
     if found:
         raise ControlStateLost(
-            f"namespace {settings.namespace!r} has {' and '.join(found)}, but Redis holds no control state for "
+            f"namespace {control.namespace!r} has {' and '.join(found)}, but Redis holds no control state for "
             "it (flushed, or an empty Redis); nothing was started. To start the namespace over from the source "
             "topic's first offset, run `hotswap run --reset-namespace --query FILE`"
         )
@@ -122,12 +122,12 @@ def claim(client: redis.Redis, settings: Settings, topics: Topics, holder: str, 
     client.set(keys.namespace_record, record.model_dump_json(), nx=True)
 
 
-def reset(client: redis.Redis, settings: Settings, topics: Topics, lease_token: str) -> list[str]:
+def reset(client: redis.Redis, control: ControlSettings, topics: Topics, lease_token: str) -> list[str]:
     """Remove the namespace's Redis keys, checkpoints and owned topics (not the source or results
     topic), under the namespace's lease, which the caller holds (`lease_token`): the lease key stays,
     so no executor can start on the namespace until the caller releases it. Returns what was
     removed, in words."""
-    keys = Keys(settings.namespace)
+    keys = Keys(control.namespace)
     holder = client.get(keys.lease)
     if (holder.decode() if isinstance(holder, bytes) else holder) != lease_token:
         raise LeaseLost("the namespace's lease is not held by this reset; nothing was removed")
@@ -141,23 +141,23 @@ def reset(client: redis.Redis, settings: Settings, topics: Topics, lease_token: 
     if redis_keys:
         client.delete(*redis_keys)
         removed.append(f"{len(redis_keys)} Redis key(s)")
-    root = settings.names.checkpoint_root
+    root = control.names.checkpoint_root
     if root.exists():
         shutil.rmtree(root)
         removed.append(f"checkpoints in {root}")
-    owned = topics.names(settings.names.owned_topic_prefix)
+    owned = topics.names(control.names.owned_topic_prefix)
     for topic in owned:
         topics.delete(topic)
     if owned:
         # Kafka deletes topics in the background; one created again too soon would vanish with it.
         deadline = time.monotonic() + RESET_TIMEOUT_S
-        while topics.names(settings.names.owned_topic_prefix):
+        while topics.names(control.names.owned_topic_prefix):
             if time.monotonic() >= deadline:
                 raise TimeoutExpired(
-                    f"Kafka did not finish deleting the topics {settings.names.owned_topic_prefix}* within "
+                    f"Kafka did not finish deleting the topics {control.names.owned_topic_prefix}* within "
                     f"{RESET_TIMEOUT_S:.0f}s; run the reset again"
                 )
             time.sleep(0.5)
-        removed.append(f"{len(owned)} topic(s) {settings.names.owned_topic_prefix}*")
-    log.warning("namespace reset", namespace=settings.namespace, removed=removed)
+        removed.append(f"{len(owned)} topic(s) {control.names.owned_topic_prefix}*")
+    log.warning("namespace reset", namespace=control.namespace, removed=removed)
     return removed

@@ -29,7 +29,7 @@ import structlog
 
 from hotswap.contract.journal import Journal, SwapRecord
 from hotswap.contract.models import CurrentQuery, GraphRecord
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import PipelineSettings
 from hotswap.executor.control.graphs import Graphs
 from hotswap.executor.control.topics import Topics
 from hotswap.executor.control.transient import TransientErrorsPersisted
@@ -91,13 +91,13 @@ class Retention:
 
     def __init__(
         self,
-        settings: Settings,
+        pipeline: PipelineSettings,
         journal: Journal,
         graphs: Graphs,
         topics: Topics,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._settings = settings
+        self._pipeline = pipeline
         self._journal = journal
         self._graphs = graphs
         self._topics = topics  # its own admin client: the loop's is not shared across threads
@@ -128,14 +128,14 @@ class Retention:
             log.warning("retention sweep failed; tried again in a minute", error=f"{type(exc).__name__}: {exc}")
 
     def sweep(self) -> None:
-        prefix = self._settings.names.owned_topic_prefix
+        prefix = self._pipeline.names.owned_topic_prefix
         # Topics are listed before records are read: a graph's record is written before its topic is
         # created, so every topic listed here has its record in what is read next.
         existing = self._topics.names(f"{prefix}graph.") + self._topics.names(f"{prefix}shadow.")
         swaps = self._journal.all()
         records = self._graphs.records()
         live = live_queries(swaps, records, self._graphs.current())
-        forgotten = forgettable_swaps(swaps, live, self._settings.journal_retention)
+        forgotten = forgettable_swaps(swaps, live, self._pipeline.journal_retention)
         if forgotten and self._journal.forget(forgotten):
             log.info("ended swaps forgotten (journal_retention)", swaps=[s.id for s in forgotten])
             gone = {s.id for s in forgotten}
@@ -145,7 +145,7 @@ class Retention:
             if query_id not in live and query_id not in named and record.state.is_ended:
                 self._graphs.forget(record)
                 log.info("ended graph forgotten: its record and checkpoint", query_id=query_id, state=record.state)
-        if not self._settings.keep_retired_topics:
+        if not self._pipeline.keep_retired_topics:
             self._delete_unneeded_topics(existing, records, live, named)
 
     def close(self) -> None:
@@ -156,7 +156,7 @@ class Retention:
     ) -> None:
         """A graph topic is needed while its graph serves (it is the buffer); a shadow's results
         topic while its swap is kept (`hotswap diff` reads it after the shadow ended)."""
-        names = self._settings.names
+        names = self._pipeline.names
         needed: set[str] = set()
         for query_id in live | named:
             needed.add(names.shadow_results_topic(query_id))

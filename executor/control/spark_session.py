@@ -21,7 +21,7 @@ import structlog
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import SparkSettings
 from hotswap.executor.errors import SparkConnectUnsupported
 from hotswap.executor.spark_connector import connector_package, local_connector_jars, pyspark_version
 
@@ -135,7 +135,7 @@ def is_local_master(master: str) -> bool:
     return master == "local" or master.startswith(("local[", "local-cluster["))
 
 
-def check_spark_target(settings: Settings) -> None:
+def check_spark_target(settings: SparkSettings) -> None:
     """Refuse, before anything starts, every way PySpark could be steered into Spark Connect mode."""
     conf = settings.spark_conf
     candidates = {
@@ -153,17 +153,17 @@ def check_spark_target(settings: Settings) -> None:
             raise SparkConnectUnsupported(_CONNECT_REFUSED.format(target=f"{origin} {value}"))
 
 
-def log4j2_file(settings: Settings) -> Path:
+def log4j2_file(settings: SparkSettings) -> Path:
     """Where the driver's log4j2 configuration is written (spark_log4j2)."""
-    return (settings.home / "spark-log4j2.properties").expanduser().resolve()
+    return (settings.home_dir / "spark-log4j2.properties").expanduser().resolve()
 
 
-def spark_log_file(settings: Settings) -> Path:
+def spark_log_file(settings: SparkSettings) -> Path:
     """Where Spark's task and query failure lines go, whole (spark_log4j2)."""
-    return (settings.home / "logs" / "spark.log").expanduser().resolve()
+    return (settings.home_dir / "logs" / "spark.log").expanduser().resolve()
 
 
-def session_conf(settings: Settings) -> dict[str, str]:
+def session_conf(settings: SparkSettings) -> dict[str, str]:
     """Every Spark conf the session is built with, settings' own last."""
     java_options = _DRIVER_JAVA_OPTIONS.format(log4j2=log4j2_file(settings))
     archive = class_archive(settings.jar_cache)
@@ -179,7 +179,7 @@ def session_conf(settings: Settings) -> dict[str, str]:
     }
 
 
-def connector_conf(settings: Settings) -> dict[str, str]:
+def connector_conf(settings: SparkSettings) -> dict[str, str]:
     """The Spark conf that adds the Kafka connector, which the pyspark wheel does not ship."""
     # Jars that `hotswap stack fetch` left in the jars directory come first: copied there, they let
     # an air-gapped machine run. Otherwise Spark resolves the connector from Maven Central itself
@@ -188,12 +188,12 @@ def connector_conf(settings: Settings) -> dict[str, str]:
     if jars is not None:
         log.info("spark.kafka_connector", jars=str(jars[0].parent))
         return {"spark.jars": ",".join(str(jar) for jar in jars)}
-    package, ivy = connector_package(), settings.home.expanduser().resolve() / "ivy"
+    package, ivy = connector_package(), settings.home_dir.expanduser().resolve() / "ivy"
     log.info("spark.kafka_connector", package=package, ivy=str(ivy))
     return {"spark.jars.packages": package, "spark.jars.ivy": str(ivy)}
 
 
-def build_spark_session(settings: Settings) -> SparkSession:
+def build_spark_session(settings: SparkSettings) -> SparkSession:
     check_spark_target(settings)
     # Without these, Python workers fail to connect back to the driver (docs/architecture.md, "Known traps").
     # On a cluster, executors start Python workers with the driver's interpreter path: the same
@@ -205,7 +205,7 @@ def build_spark_session(settings: Settings) -> SparkSession:
     log4j2, spark_log = log4j2_file(settings), spark_log_file(settings)
     spark_log.parent.mkdir(parents=True, exist_ok=True)
     log4j2.write_text(spark_log4j2(spark_log))
-    builder = SparkSession.builder.master(settings.spark_master).appName(f"hotswap-{settings.namespace}")
+    builder = SparkSession.builder.master(settings.spark_master).appName(settings.app_name)
     for key, value in session_conf(settings).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -239,7 +239,7 @@ def _java_build() -> str:
     return hashlib.sha256(f"{binary}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
 
 
-def archive_classes(settings: Settings) -> Path | None:
+def archive_classes(settings: SparkSettings) -> Path | None:
     """The class-data archive, dumped first if there is none; None (said in a warning) if Java could
     not dump one: every driver then starts without it, as before."""
     archive = class_archive(settings.jar_cache)

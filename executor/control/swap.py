@@ -41,7 +41,7 @@ from hotswap.contract.models import CurrentQuery, GraphEngine, GraphRecord, Grap
 from hotswap.contract.names import Keys
 from hotswap.contract.phases import Driver, Wait, clock, driven_by
 from hotswap.contract.reasons import ReasonCode
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import PipelineSettings, RecoverySettings, Timeouts
 from hotswap.contract.windows import Windowing, first_row_needed, format_duration_ms, reached_cut, window_start
 from hotswap.execution_graph.errors import GraphStartFailed, QueryRejected
 from hotswap.execution_graph.validation import check_cuttable
@@ -81,20 +81,25 @@ class Watch:
 class SwapProtocol:
     def __init__(
         self,
-        settings: Settings,
         client: redis.Redis,
         graphs: Graphs,
         progress: Progress,
         fence: Fence | None = None,
         clock: Callable[[], float] = time.monotonic,
         worker: Worker = on_own_thread,
+        *,
+        pipeline: PipelineSettings,
+        timeouts: Timeouts,
+        recovery: RecoverySettings,
     ) -> None:
-        self._settings = settings
+        self._pipeline = pipeline
+        self._timeouts = timeouts
+        self._recovery = recovery
         self._clock = clock  # measures the deploy and the wait for a cut (tests move it by hand)
-        self._keys = Keys(settings.namespace)
+        self._keys = Keys(pipeline.names.namespace)
         self._journal = Journal(client, self._keys, fence)
         self._graphs = graphs
-        self._admission = Admission(settings, self._journal, graphs, worker, clock)
+        self._admission = Admission(self._journal, graphs, worker, clock, pipeline=pipeline, timeouts=timeouts)
         self._progress = progress
         self._deploy_began: dict[str, float] = {}
         self._awaited: dict[str, dict[Wait, float]] = {}  # by swap: when the executor first saw each wait
@@ -140,11 +145,11 @@ class SwapProtocol:
 
     def _hold_to_error_budget(self, active: SwapRecord | None) -> None:
         """An automatic rollback's error budget holds the new query of the active swap from its cut on."""
-        allowed = self._settings.rollback_failures
+        allowed = self._recovery.rollback_failures
         if active is None or allowed is None or not (self._rolls_back_itself(active) and active.state.is_past_cut):
             self._graphs.hold_to_error_budgets({})
             return
-        self._graphs.hold_to_error_budgets({active.to_query: (allowed, self._settings.rollback_window.s)})
+        self._graphs.hold_to_error_budgets({active.to_query: (allowed, self._recovery.rollback_window.s)})
 
     def _log(self, swap: SwapRecord) -> structlog.typing.FilteringBoundLogger:
         return log.bind(swap_id=swap.id, query_id=swap.to_query)  # type: ignore[no-any-return]
@@ -336,10 +341,10 @@ class SwapProtocol:
                 self._log(swap).info(
                     "new graph deployed; waiting for the cut", deploy_s=round(self._clock() - began, 3)
                 )
-        elif self._clock() - began > self._settings.deploy_timeout.s:
+        elif self._clock() - began > self._timeouts.deploy_timeout.s:
             self._fail(
                 swap,
-                f"execution graph {swap.to_query} was not running after {self._settings.deploy_timeout} "
+                f"execution graph {swap.to_query} was not running after {self._timeouts.deploy_timeout} "
                 "(deploy_timeout); the old query keeps serving",
                 ReasonCode.DEPLOY_TIMEOUT,
             )
@@ -369,8 +374,8 @@ class SwapProtocol:
         if watch.cut_timeout is None:
             return
         waited = self._clock() - self._awaited.setdefault(swap.id, {}).setdefault(wait, self._clock())
-        if waited > self._settings.cut_timeout.s:
-            error = watch.cut_timeout.format(timeout=self._settings.cut_timeout, topic=self._settings.source_topic)
+        if waited > self._timeouts.cut_timeout.s:
+            error = watch.cut_timeout.format(timeout=self._timeouts.cut_timeout, topic=self._pipeline.source_topic)
             self._fail(swap, error, ReasonCode.CUT_TIMEOUT)
 
     def _record_stop_point(self, swap: SwapRecord, swaps: list[SwapRecord]) -> None:
@@ -443,7 +448,7 @@ class SwapProtocol:
         began = self._retire_began.setdefault(swap.id, self._clock())
         if self._graphs.stop(query_id):
             return True
-        if self._clock() - began <= self._settings.retire_timeout.s:
+        if self._clock() - began <= self._timeouts.retire_timeout.s:
             self._say_once(swap, "waiting for the old query to stop", from_query=query_id)
             return False
         self._log(swap).warning(
@@ -521,7 +526,7 @@ class SwapProtocol:
                 failure = f"query {record.query_id} failed more often than its error budget allows ({reason})"
             else:
                 failure = (
-                    f"query {record.query_id} kept failing after {self._settings.query_restarts} restarts ({reason})"
+                    f"query {record.query_id} kept failing after {self._recovery.query_restarts} restarts ({reason})"
                 )
             message = f"{failure}; its input waits in topic {record.topic}: {way_out}"
             swap = next(
@@ -587,7 +592,7 @@ class SwapProtocol:
     def _rolls_back_itself(self, swap: SwapRecord) -> bool:
         """Submitted with --auto-rollback, or the namespace's default says so; never a rollback itself
         (rolling a rollback back would only bring back the query that failed)."""
-        return (swap.auto_rollback or self._settings.auto_rollback) and swap.rollback_of is None
+        return (swap.auto_rollback or self._recovery.auto_rollback) and swap.rollback_of is None
 
     def _automatic_rollback(self, swap: SwapRecord, swaps: list[SwapRecord], reason: str) -> SwapRecord | None:
         """For a swap with auto-rollback, stranded now: the swap back to its previous query, which

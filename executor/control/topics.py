@@ -24,7 +24,7 @@ from kafka.errors import (
 )
 
 from hotswap.contract.errors import TimeoutExpired
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import KafkaSettings, PipelineSettings, Timeouts
 from hotswap.executor.control.transient import retry_transient
 from hotswap.executor.errors import ExecutorError
 
@@ -41,15 +41,17 @@ class TooFewBrokers(KafkaError):  # type: ignore[misc]
 
 
 class Topics:
-    def __init__(self, settings: Settings) -> None:
-        self._settings = settings
+    def __init__(self, kafka: KafkaSettings, pipeline: PipelineSettings, timeouts: Timeouts) -> None:
+        self._kafka = kafka
+        self._pipeline = pipeline
+        self._timeouts = timeouts
         self._admin: KafkaAdminClient | None = None
         self._closer: weakref.finalize[Any, Any] | None = None
 
     def _client(self) -> KafkaAdminClient:
         if self._admin is None:
-            self._admin = KafkaAdminClient(**self._settings.kafka_python_config(), request_timeout_ms=15000)
-            # A Topics dropped without close() (`Topics(settings).ensure(...)`) closes its client when
+            self._admin = KafkaAdminClient(**self._kafka.kafka_python_config(), request_timeout_ms=15000)
+            # A Topics dropped without close() (`Topics(...).ensure(...)`) closes its client when
             # it is collected, not when the broker goes away: an open client then logs a refused
             # connection on every retry ("Connection lost ... ECONNREFUSED") once a stack stops.
             self._closer = weakref.finalize(self, _close_admin, self._admin)
@@ -65,10 +67,10 @@ class Topics:
                 raise
 
         try:
-            return retry_transient(attempt, what, self._settings.retry_deadline.s)
+            return retry_transient(attempt, what, self._timeouts.retry_deadline.s)
         except KafkaError as exc:
             raise ExecutorError(
-                f"{what} failed at Kafka {self._settings.bootstrap}: {type(exc).__name__}: {exc}; "
+                f"{what} failed at Kafka {self._kafka.bootstrap}: {type(exc).__name__}: {exc}; "
                 "is the stack up (`hotswap stack up`)?"
             ) from exc
 
@@ -76,21 +78,21 @@ class Topics:
         """Partition count of an existing topic, or None if it does not exist."""
 
         def read() -> int | None:
-            consumer = KafkaConsumer(**self._settings.kafka_python_config(), enable_auto_commit=False)
+            consumer = KafkaConsumer(**self._kafka.kafka_python_config(), enable_auto_commit=False)
             try:
                 parts = consumer.partitions_for_topic(topic)
             finally:
                 consumer.close()
             return len(parts) if parts else None
 
-        return retry_transient(read, f"reading the metadata of topic {topic}", self._settings.retry_deadline.s)
+        return retry_transient(read, f"reading the metadata of topic {topic}", self._timeouts.retry_deadline.s)
 
     def ensure(
         self, topic: str, partitions: int, configs: dict[str, str] | None = None, timeout_s: float = 30.0
     ) -> None:
         """Create the topic if missing and wait until its metadata is visible."""
-        replicas = self._settings.topic_replication_factor
-        new = NewTopic(topic, partitions, replicas, topic_configs=topic_configs(self._settings, configs))
+        replicas = self._pipeline.topic_replication_factor
+        new = NewTopic(topic, partitions, replicas, topic_configs=topic_configs(self._pipeline, configs))
 
         def create(admin: KafkaAdminClient) -> None:
             try:
@@ -147,9 +149,9 @@ def _close_admin(admin: KafkaAdminClient) -> None:
         log.debug("admin client not closed cleanly", error=str(exc))
 
 
-def topic_configs(settings: Settings, configs: dict[str, str] | None = None) -> dict[str, str]:
+def topic_configs(pipeline: PipelineSettings, configs: dict[str, str] | None = None) -> dict[str, str]:
     """The configs a topic hotswap creates gets: the caller's, and min.insync.replicas when set."""
     merged = dict(configs or {})
-    if settings.topic_min_insync_replicas is not None:
-        merged["min.insync.replicas"] = str(settings.topic_min_insync_replicas)
+    if pipeline.topic_min_insync_replicas is not None:
+        merged["min.insync.replicas"] = str(pipeline.topic_min_insync_replicas)
     return merged

@@ -189,10 +189,10 @@ def run(
         graph_partitions=graph_partitions,
     )
     settings.source_spec()  # a bad source declaration fails here, in one line, before anything starts
-    check_spark_target(settings)  # before the lease or Redis: a target that cannot work changes nothing
+    check_spark_target(settings.spark)  # before the lease or Redis: a target that cannot work changes nothing
     source = load_query_source(query, name)
-    client = redis_client(settings, report_outages=True)
-    check_durability(client, settings)  # before Spark starts: a Redis that may lose a cut is refused at once
+    client = redis_client(settings.control, report_outages=True)
+    check_durability(client, settings.control)  # before Spark starts: a Redis that may lose a cut is refused at once
     Lease(client, Keys(settings.namespace).lease, settings.lease_ttl.ms).wait_until_free(settings.lease_wait.s)
     if reset_namespace:
         from hotswap.executor.control.namespace import reset
@@ -207,15 +207,15 @@ def run(
         # Under the lease: an executor starting meanwhile waits, and never finds half a namespace.
         lease = Lease(client, Keys(settings.namespace).lease, settings.lease_ttl.ms)
         lease.acquire(settings.lease_wait.s)
-        topics = Topics(settings)
+        topics = Topics(settings.kafka, settings.pipeline, settings.timeouts)
         try:
-            removed = reset(client, settings, topics, lease.token)
+            removed = reset(client, settings.control, topics, lease.token)
             lease.check()  # still ours throughout: nobody else can have started on the namespace
         finally:
             topics.close()
             lease.release()
         console.print(f"namespace {settings.namespace} reset: removed {', '.join(removed) or 'nothing'}")
-    spark = build_spark_session(settings)
+    spark = build_spark_session(settings.spark)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -225,7 +225,13 @@ def run(
         if settings.metrics_port is not None:
             from hotswap.executor.operator.web import start_monitor
 
-            monitor = start_monitor(settings, executor)
+            monitor = start_monitor(
+                executor,
+                operator=settings.operator,
+                control=settings.control,
+                kafka=settings.kafka,
+                pipeline=settings.pipeline,
+            )
         executor.run(source, stop)
     finally:
         if monitor is not None:
@@ -295,7 +301,8 @@ def submit(
     """
     from hotswap.executor.operator.client import Client
 
-    client = Client(ctx.obj.settings(namespace=namespace))
+    settings = ctx.obj.settings(namespace=namespace)
+    client = Client(settings.control, settings.kafka, settings.pipeline)
     if dry_run:
         plan = client.dry_run(file, name, timeout, source_schema=source_schema, avro_schema=avro_schema)
         if as_json:
@@ -352,7 +359,8 @@ def replace(
     """
     from hotswap.executor.operator.client import Client
 
-    client = Client(ctx.obj.settings(namespace=namespace))
+    settings = ctx.obj.settings(namespace=namespace)
+    client = Client(settings.control, settings.kafka, settings.pipeline)
     swap = client.replace(file, name, source_schema=source_schema, avro_schema=avro_schema)
     typer.echo(swap.id)
     if wait:
@@ -378,7 +386,8 @@ def abort(
     """
     from hotswap.executor.operator.client import Client
 
-    record = Client(ctx.obj.settings(namespace=namespace)).abort(swap_id)
+    settings = ctx.obj.settings(namespace=namespace)
+    record = Client(settings.control, settings.kafka, settings.pipeline).abort(swap_id)
     typer.echo(f"aborted {record.id}")
 
 
@@ -400,7 +409,8 @@ def diff(
     """
     from hotswap.executor.operator.client import Client
 
-    summary = Client(ctx.obj.settings(namespace=namespace)).diff(swap_id, tolerance)
+    settings = ctx.obj.settings(namespace=namespace)
+    summary = Client(settings.control, settings.kafka, settings.pipeline).diff(swap_id, tolerance)
     if as_json:
         typer.echo(summary.model_dump_json(indent=2))
     else:
@@ -423,7 +433,8 @@ def promote(
     """
     from hotswap.executor.operator.client import Client
 
-    client = Client(ctx.obj.settings(namespace=namespace))
+    settings = ctx.obj.settings(namespace=namespace)
+    client = Client(settings.control, settings.kafka, settings.pipeline)
     client.promote(swap_id)
     typer.echo(f"promoting {swap_id}: the cut comes at the service graph's next batch")
     if wait:
@@ -448,7 +459,8 @@ def rollback(
     from hotswap.contract.journal import SwapPhase
     from hotswap.executor.operator.client import Client
 
-    client = Client(ctx.obj.settings(namespace=namespace))
+    settings = ctx.obj.settings(namespace=namespace)
+    client = Client(settings.control, settings.kafka, settings.pipeline)
     record = client.rollback(swap_id)
     if record.state is SwapPhase.ABORTED:
         typer.echo(f"aborted {record.id} (it had not been cut)")
@@ -482,14 +494,14 @@ def status(
     from hotswap.executor.operator.client import Client
 
     settings = ctx.obj.settings(namespace=namespace)
-    client = Client(settings)
+    client = Client(settings.control, settings.kafka, settings.pipeline)
     if watch_:
         from hotswap.executor.operator.watch import watch
 
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-        watch(client, settings, console, interval, stop)
+        watch(client, settings.pipeline, settings.kafka, settings.timeouts, console, interval, stop)
         return
     doc = client.status()
     if as_json:
@@ -536,7 +548,8 @@ def history(
     from hotswap.executor.operator.client import Client
     from hotswap.executor.operator.history import history as swap_history
 
-    entries = swap_history(Client(ctx.obj.settings(namespace=namespace)).status(), now_ms(), limit)
+    settings = ctx.obj.settings(namespace=namespace)
+    entries = swap_history(Client(settings.control, settings.kafka, settings.pipeline).status(), now_ms(), limit)
     if as_json:
         typer.echo(json.dumps([e.model_dump(mode="json") for e in entries], indent=2))
         return
@@ -598,7 +611,7 @@ def generate(
     def show(report: GeneratorReport) -> None:
         typer.echo(f"sent {report.sent} events in {report.elapsed_s:.0f}s, event time {iso(report.last_ts)}", err=True)
 
-    report = produce(settings, spec, topic or settings.source_topic, stop, show)
+    report = produce(settings.kafka, spec, topic or settings.source_topic, stop, show)
     typer.echo(f"sent {report.sent} events ({iso(report.first_ts)} .. {iso(report.last_ts)})")
 
 

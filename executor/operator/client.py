@@ -48,7 +48,7 @@ from hotswap.contract.records import (
     read_service_state,
 )
 from hotswap.contract.requests import REQUEST_TTL_S, OperatorRequest, RequestAnswer, RequestKind
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import ControlSettings, KafkaSettings, PipelineSettings
 from hotswap.contract.status import (
     CurrentStatus,
     ExecutorStatus,
@@ -91,7 +91,7 @@ class ReportedRetry(Retry):
         return result
 
 
-def redis_client(settings: Settings, retries: int = 40, *, report_outages: bool = False) -> redis.Redis:
+def redis_client(control: ControlSettings, retries: int = 40, *, report_outages: bool = False) -> redis.Redis:
     """A client that rides out a Redis restart: by default each command retries with back-off for
     about a minute before it gives up, so a restarted Redis (reloading its append-only file) is
     waited for. One-shot CLI commands pass fewer retries, to fail fast when the stack is down. The
@@ -100,7 +100,7 @@ def redis_client(settings: Settings, retries: int = 40, *, report_outages: bool 
     Wrong credentials are not worth retrying (redis-py counts them as connection errors), so
     they are checked once up front.
     """
-    probe = redis.Redis.from_url(settings.redis_dsn, socket_timeout=5, socket_connect_timeout=5)
+    probe = redis.Redis.from_url(control.redis_dsn.get_secret_value(), socket_timeout=5, socket_connect_timeout=5)
     try:
         probe.ping()
     except (redis.AuthenticationError, redis.ResponseError) as exc:
@@ -110,7 +110,7 @@ def redis_client(settings: Settings, retries: int = 40, *, report_outages: bool 
     finally:
         probe.close()
     return redis.Redis.from_url(
-        settings.redis_dsn,
+        control.redis_dsn.get_secret_value(),
         socket_timeout=10,
         socket_connect_timeout=5,
         health_check_interval=30,
@@ -136,14 +136,18 @@ TAKEN_ANSWER_S = 10.0  # from the executor taking a request to its answer: one j
 class Client:
     def __init__(
         self,
-        settings: Settings,
+        control: ControlSettings,
+        kafka: KafkaSettings,
+        pipeline: PipelineSettings,
         client: redis.Redis | None = None,
         *,
         between_polls: Callable[[], object] | None = None,
     ) -> None:
-        self.settings = settings
-        self._redis = client or redis_client(settings, retries=3)
-        self._keys = Keys(settings.namespace)
+        self._namespace = control.namespace
+        self._kafka = kafka
+        self._sink_topic = pipeline.sink_topic
+        self._redis = client or redis_client(control, retries=3)
+        self._keys = Keys(control.namespace)
         # Read only: the executor alone writes the journal (requests carry the operator's changes).
         self.journal = Journal(self._redis, self._keys)
         # What a wait does between two reads; a test that drives the executor's loop itself passes its tick.
@@ -331,7 +335,7 @@ class Client:
     def _executor_runs(self, what: str) -> None:
         if not self._redis.exists(self._keys.lease):
             raise ExecutorError(
-                f"no executor is running on namespace {self.settings.namespace!r}, and `{what}` is carried out by "
+                f"no executor is running on namespace {self._namespace!r}, and `{what}` is carried out by "
                 "it; start one with `hotswap run`"
             )
 
@@ -432,7 +436,7 @@ class Client:
             )
         except redis.exceptions.NoPermissionError as exc:
             raise ExecutorError(
-                f"no executor is running on namespace {self.settings.namespace!r}, and this Redis user may not "
+                f"no executor is running on namespace {self._namespace!r}, and this Redis user may not "
                 f"write the journal; start the executor, then `hotswap abort {swap_id}` again"
             ) from exc
         if aborted is None:
@@ -462,7 +466,7 @@ class Client:
         namespace = NamespaceRecord.model_validate_json(raw_namespace) if raw_namespace else None
         committed = {q: p.committed_watermark if p else None for q, p in progress.items()}
         return Status(
-            namespace=self.settings.namespace,
+            namespace=self._namespace,
             executor=ExecutorStatus(
                 holder=lease.decode() if isinstance(lease, bytes) else lease,
                 # A recorded phase without the lease is a stale record: nobody acts on the namespace.
@@ -555,8 +559,8 @@ class Client:
             closed.append(swap.cut_window_end)  # the current version answers no window after W
         known = [c for c in closed if c is not None]
         closed_through = min(known) if len(known) == len(closed) else swap.shadow_since
-        mine = [r for r in read_results(self.settings) if r.query_id == current.query_id]
-        theirs = read_results(self.settings, topic=shadow.shadow_results_topic)
+        mine = [r for r in read_results(self._kafka, self._sink_topic) if r.query_id == current.query_id]
+        theirs = read_results(self._kafka, shadow.shadow_results_topic)
         summary = compare(
             mine,
             theirs,
@@ -595,7 +599,7 @@ class Client:
         source = _declared_source(path, name, source_schema, avro_schema)
         if not self._redis.exists(self._keys.lease):
             raise ExecutorError(
-                f"no executor is running on namespace {self.settings.namespace!r}; a dry run needs one "
+                f"no executor is running on namespace {self._namespace!r}; a dry run needs one "
                 "(it validates with Spark): start it with `hotswap run`"
             )
         request = DryRunRequest(id=new_swap_id(), source=source)

@@ -22,7 +22,13 @@ from rich.table import Table
 from hotswap.contract.errors import ConfigError
 from hotswap.contract.journal import SwapPhase
 from hotswap.contract.models import now_ms
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import (
+    ControlSettings,
+    KafkaSettings,
+    OperatorSettings,
+    PipelineSettings,
+    Settings,
+)
 from hotswap.execution_graph.source import load_query_source
 from hotswap.executor.control.controller import Executor
 from hotswap.executor.control.spark_session import build_spark_session
@@ -73,17 +79,23 @@ def run_demo(
     )
     initial = load_query_source(query)
     swap_source = load_query_source(replacement)
-    stack = EmbeddedStack(settings)
+    stack = EmbeddedStack(settings.stack, settings.kafka)
     already_up = all(s.healthy for s in stack.status())
     console.rule("[bold]hotswap demo")
     console.print(f"namespace {namespace}; starting Kafka and Redis ...")
     stack.up()
     stack_ready = time.monotonic()
     console.print("stack up; starting Spark and the executor ...")
-    spark = build_spark_session(settings)
-    client = Client(settings, redis_client(settings))
-    executor = Executor(settings, spark, redis_client(settings, report_outages=True))
-    monitor = _serve_monitor(settings, executor)
+    spark = build_spark_session(settings.spark)
+    client = Client(settings.control, settings.kafka, settings.pipeline, redis_client(settings.control))
+    executor = Executor(settings, spark, redis_client(settings.control, report_outages=True))
+    monitor = _serve_monitor(
+        executor,
+        operator=settings.operator,
+        control=settings.control,
+        kafka=settings.kafka,
+        pipeline=settings.pipeline,
+    )
     console.print(
         f"dashboard [link={monitor.url}]{monitor.url}[/link]   metrics {monitor.url}metrics\n"
         f"in a second terminal: [bold]hotswap status --watch --namespace {namespace}[/]",
@@ -94,7 +106,7 @@ def run_demo(
     executor_thread = threading.Thread(target=executor.run, args=(initial, stop_executor), daemon=True)
     executor_thread.start()
     spec = GeneratorSpec(rate=200, keys=4, seed=7, duration_s=duration_s, disorder_ms=1000, time_scale=TIME_SCALE)
-    load = threading.Thread(target=produce, args=(settings, spec, settings.source_topic, stop_load), daemon=True)
+    load = threading.Thread(target=produce, args=(settings.kafka, spec, settings.source_topic, stop_load), daemon=True)
     swap_id: str | None = None
     shown: set[tuple[str, int]] = set()
     phases_shown = 0
@@ -109,7 +121,9 @@ def run_demo(
             if not executor_thread.is_alive():
                 console.print("[red]the executor stopped unexpectedly; see the log above")
                 return False
-            first_result_at = _show_new_windows(settings, console, shown, first_result_at, stack_ready)
+            first_result_at = _show_new_windows(
+                settings.kafka, settings.sink_topic, console, shown, first_result_at, stack_ready
+            )
             if swap_id is None and first_result_at is not None and time.monotonic() - first_result_at > swap_after_s:
                 swap_id = client.submit(replacement, swap_source.name).id
                 console.print(f"[bold yellow]submitted swap {swap_id}: {initial.name} -> {swap_source.name}")
@@ -123,14 +137,14 @@ def run_demo(
             if client.journal.get(swap_id).state.is_settled:
                 break
             time.sleep(1.0)
-        _show_new_windows(settings, console, shown, first_result_at, stack_ready)
+        _show_new_windows(settings.kafka, settings.sink_topic, console, shown, first_result_at, stack_ready)
     finally:
         stop_load.set()
         stop_executor.set()
         executor_thread.join(timeout=120)
         monitor.stop()
         spark.stop()
-    ok = _final_check(settings, client, console, swap_id)
+    ok = _final_check(settings.kafka, settings.sink_topic, client, console, swap_id)
     _show_history(client, console)
     client.close()
     if not keep_stack and not already_up:
@@ -146,12 +160,12 @@ def run_attached_demo(
     swap once results flow, follow it, and check the results once the load has ended."""
     settings = options.settings()
     swap_source = load_query_source(replacement)
-    client = Client(settings, redis_client(settings))
+    client = Client(settings.control, settings.kafka, settings.pipeline, redis_client(settings.control))
     console.rule("[bold]hotswap demo (attached)")
     console.print(f"namespace {settings.namespace}: following the executor and the generator that run elsewhere")
     started = time.monotonic()
     deadline = started + duration_s + ATTACH_GRACE_S
-    source = SourceOffsets(settings)
+    source = SourceOffsets(settings.kafka, settings.source_topic)
     swap_id: str | None = None
     shown: set[tuple[str, int]] = set()
     phases_shown = 0
@@ -160,7 +174,9 @@ def run_attached_demo(
     last_change = time.monotonic()
     try:
         while True:
-            first_result_at = _show_new_windows(settings, console, shown, first_result_at, started)
+            first_result_at = _show_new_windows(
+                settings.kafka, settings.sink_topic, console, shown, first_result_at, started
+            )
             if swap_id is None and first_result_at is not None and time.monotonic() - first_result_at > swap_after_s:
                 current = client.status().current
                 swap_id = client.submit(replacement, swap_source.name).id
@@ -181,18 +197,23 @@ def run_attached_demo(
             time.sleep(1.0)
     finally:
         source.close()
-    _show_new_windows(settings, console, shown, first_result_at, started)
-    ok = _final_check(settings, client, console, swap_id)
+    _show_new_windows(settings.kafka, settings.sink_topic, console, shown, first_result_at, started)
+    ok = _final_check(settings.kafka, settings.sink_topic, client, console, swap_id)
     _show_history(client, console)
     return ok
 
 
 def _show_new_windows(
-    settings: Settings, console: Console, shown: set[tuple[str, int]], first: float | None, stack_ready: float
+    kafka: KafkaSettings,
+    sink_topic: str,
+    console: Console,
+    shown: set[tuple[str, int]],
+    first: float | None,
+    stack_ready: float,
 ) -> float | None:
     grouped: dict[tuple[str, int, int], list[Result]] = defaultdict(list)
     try:
-        results = read_results(settings, timeout_s=5)
+        results = read_results(kafka, sink_topic, timeout_s=5)
     except TopicReadIncomplete:
         return first  # a slow read only delays the display; the next round shows these windows
     for result in results:
@@ -225,12 +246,20 @@ def _show_phases(client: Client, console: Console, swap_id: str, shown: int) -> 
     return len(record.phases)
 
 
-def _serve_monitor(settings: Settings, executor: Executor) -> MonitorServer:
+def _serve_monitor(
+    executor: Executor,
+    *,
+    operator: OperatorSettings,
+    control: ControlSettings,
+    kafka: KafkaSettings,
+    pipeline: PipelineSettings,
+) -> MonitorServer:
     """The dashboard and metrics on the demo's port, or on any free port if that one is taken."""
     try:
-        return start_monitor(settings, executor)
+        return start_monitor(executor, operator=operator, control=control, kafka=kafka, pipeline=pipeline)
     except ConfigError:
-        return start_monitor(settings.model_copy(update={"metrics_port": 0}), executor)
+        anywhere = operator.model_copy(update={"metrics_port": 0})
+        return start_monitor(executor, operator=anywhere, control=control, kafka=kafka, pipeline=pipeline)
 
 
 def _show_history(client: Client, console: Console) -> None:
@@ -238,8 +267,8 @@ def _show_history(client: Client, console: Console) -> None:
     render_history(history(client.status(), now_ms()), console)
 
 
-def _final_check(settings: Settings, client: Client, console: Console, swap_id: str | None) -> bool:
-    results = read_results(settings)
+def _final_check(kafka: KafkaSettings, sink_topic: str, client: Client, console: Console, swap_id: str | None) -> bool:
+    results = read_results(kafka, sink_topic)
     report = audit(results)
     console.rule("[bold]check")
     table = Table("query version", "windows answered")

@@ -23,7 +23,7 @@ from typing import Any
 from hotswap.contract.journal import active_swap
 from hotswap.contract.models import GraphRecord, GraphState, now_ms
 from hotswap.contract.names import DEAD_LETTER, ROUTED
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import KafkaSettings
 from hotswap.contract.status import Status, SwapStatus
 from hotswap.executor.operator.client import Client
 
@@ -129,16 +129,17 @@ class KafkaPositions:
     report). The buffer of a swap's new graph fills from the cut on, and empties as its query
     catches up."""
 
-    def __init__(self, settings: Settings) -> None:
-        self._settings = settings
+    def __init__(self, kafka: KafkaSettings, sink_topic: str) -> None:
+        self._kafka = kafka
+        self._sink_topic = sink_topic
         self._consumer: Any = None
 
     def read(self, client: Client, graphs: dict[str, GraphRecord]) -> Positions:
         from kafka import KafkaConsumer, TopicPartition  # imported only by the views that read Kafka
 
         if self._consumer is None:
-            self._consumer = KafkaConsumer(**self._settings.kafka_python_config(), enable_auto_commit=False)
-        sink = self._settings.sink_topic
+            self._consumer = KafkaConsumer(**self._kafka.kafka_python_config(), enable_auto_commit=False)
+        sink = self._sink_topic
         sink_parts = [TopicPartition(sink, p) for p in sorted(self._consumer.partitions_for_topic(sink) or [])]
         running = {q: g for q, g in graphs.items() if g.state in (GraphState.STARTING, GraphState.RUNNING)}
         graph_parts = {q: TopicPartition(g.topic, 0) for q, g in running.items()}

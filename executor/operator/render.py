@@ -11,7 +11,7 @@ from rich.table import Table
 from hotswap.contract.models import ShadowDiff
 from hotswap.contract.phases import SwapPhase
 from hotswap.contract.plans import DryRunPlan
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import StackSettings
 from hotswap.contract.status import Status
 from hotswap.contract.windows import format_duration_ms
 from hotswap.executor.operator.history import SwapHistory
@@ -119,8 +119,8 @@ def render_plan(plan: DryRunPlan) -> None:
     console.print("  nothing was changed")
 
 
-def print_stack(settings: Settings, statuses: list[Any]) -> None:
-    external = {"kafka": settings.kafka_bootstrap is not None, "redis": settings.redis_url is not None}
+def print_stack(stack: StackSettings, statuses: list[Any]) -> None:
+    external = {"kafka": stack.kafka_bootstrap is not None, "redis": stack.redis_url is not None}
     table = Table("service", "address", "pid", "run by", "healthy")
     for s in statuses:
         run_by = "this stack" if s.managed else ("external" if external.get(s.name) else "-")

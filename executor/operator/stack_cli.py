@@ -21,7 +21,7 @@ def stack_up(ctx: typer.Context) -> None:
     from hotswap.executor.stack import EmbeddedStack
 
     settings = ctx.obj.settings()
-    print_stack(settings, EmbeddedStack(settings).up())
+    print_stack(settings.stack, EmbeddedStack(settings.stack, settings.kafka).up())
 
 
 @stack_app.command("fetch")
@@ -37,11 +37,11 @@ def stack_fetch(ctx: typer.Context) -> None:
     from hotswap.executor.stack import EmbeddedStack
 
     settings = ctx.obj.settings()
-    stack = EmbeddedStack(settings)
+    stack = EmbeddedStack(settings.stack, settings.kafka)
     typer.echo(f"kafka broker jars: {stack.kafka_jars()}")
     connector = stack.spark_connector_jars()
     typer.echo(f"spark connector jars: {len(connector)} in {connector[0].parent}")
-    archive = archive_classes(settings)
+    archive = archive_classes(settings.spark)
     typer.echo(f"spark class-data archive: {archive or 'none (drivers start without one)'}")
 
 
@@ -51,7 +51,8 @@ def stack_down(ctx: typer.Context) -> None:
     """Stop the processes `stack up` started (and nothing else)."""
     from hotswap.executor.stack import EmbeddedStack
 
-    stopped = EmbeddedStack(ctx.obj.settings()).down()
+    settings = ctx.obj.settings()
+    stopped = EmbeddedStack(settings.stack, settings.kafka).down()
     typer.echo(f"stopped: {', '.join(stopped)}" if stopped else "nothing to stop")
 
 
@@ -62,4 +63,4 @@ def stack_status(ctx: typer.Context) -> None:
     from hotswap.executor.stack import EmbeddedStack
 
     settings = ctx.obj.settings()
-    print_stack(settings, EmbeddedStack(settings).status())
+    print_stack(settings.stack, EmbeddedStack(settings.stack, settings.kafka).status())

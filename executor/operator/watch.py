@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hotswap.contract.phases import Wait, wait_of
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import KafkaSettings, PipelineSettings, Timeouts
 from hotswap.contract.status import SwapStatus
 from hotswap.contract.windows import format_duration_ms
 from hotswap.executor.operator.client import Client
@@ -66,7 +66,12 @@ def _bar(label: str, completed: float, total: float, detail: str) -> Table:
 
 
 def render_watch(
-    snap: Snapshot, rate: Rates, memory: WatchMemory, settings: Settings, error: str | None = None
+    snap: Snapshot,
+    rate: Rates,
+    memory: WatchMemory,
+    pipeline: PipelineSettings,
+    timeouts: Timeouts,
+    error: str | None = None,
 ) -> RenderableType:
     status = snap.status
     parts: list[RenderableType] = []
@@ -102,11 +107,11 @@ def render_watch(
     swap = snap.active_swap
     if swap is not None:
         parts.append(Rule(f"swap {swap.id} in progress: {swap.from_query or '?'} -> {swap.to_query}"))
-        parts.extend(_swap_view(snap, swap, memory, settings))
+        parts.extend(_swap_view(snap, swap, memory, pipeline, timeouts))
     elif snap.last_swap is not None:
         last = snap.last_swap
         parts.append(Rule(f"last swap {last.id}: {last.from_query or '?'} -> {last.to_query}, {last.state}"))
-        parts.extend(_swap_view(snap, last, memory, settings))
+        parts.extend(_swap_view(snap, last, memory, pipeline, timeouts))
     else:
         parts.append(Text("no swap yet", style="dim"))
     parts.append(
@@ -127,7 +132,9 @@ def render_watch(
     return Group(*parts)
 
 
-def _swap_view(snap: Snapshot, swap: SwapStatus, memory: WatchMemory, settings: Settings) -> list[RenderableType]:
+def _swap_view(
+    snap: Snapshot, swap: SwapStatus, memory: WatchMemory, pipeline: PipelineSettings, timeouts: Timeouts
+) -> list[RenderableType]:
     entry = swap_history(swap, snap.at_ms)
     phases = Table("phase", "entered", "for", box=None, padding=(0, 2))
     for span in entry.phases:
@@ -154,13 +161,13 @@ def _swap_view(snap: Snapshot, swap: SwapStatus, memory: WatchMemory, settings: 
     if wait is Wait.GRAPH_START and swap.phases:
         # The deploy: from `deploying` until the new graph runs, against deploy_timeout.
         elapsed = max(0, snap.at_ms - swap.phases[-1].at) / 1000
-        limit = settings.deploy_timeout.s
+        limit = timeouts.deploy_timeout.s
         out.append(_bar("deploy", elapsed, limit, f"{elapsed:.1f} s of {limit:.0f} s allowed"))
     if w is not None:
         watermark = snap.status.service.watermark
         old_window = swap.old_window_ms or 0
         if watermark is not None and wait is Wait.WATERMARK:
-            start = w - old_window - settings.lateness.ms
+            start = w - old_window - pipeline.lateness.ms
             out.append(
                 _bar("service watermark -> W", watermark - start, w - start, f"{clock(watermark)} of {clock(w)}")
             )
@@ -187,7 +194,13 @@ def _swap_view(snap: Snapshot, swap: SwapStatus, memory: WatchMemory, settings: 
 
 
 def watch(
-    client: Client, settings: Settings, console: Console, interval_s: float = 0.5, stop: threading.Event | None = None
+    client: Client,
+    pipeline: PipelineSettings,
+    kafka: KafkaSettings,
+    timeouts: Timeouts,
+    console: Console,
+    interval_s: float = 0.5,
+    stop: threading.Event | None = None,
 ) -> None:
     """Redraw until `stop` is set (the CLI sets it on Ctrl-C or SIGTERM) or Ctrl-C raises.
 
@@ -196,7 +209,7 @@ def watch(
     task raises, KeyboardInterrupt included, so an interrupt landing in a Kafka read was lost and the
     view never ended."""
     stop = stop or threading.Event()
-    kafka = KafkaPositions(settings)
+    positions = KafkaPositions(kafka, pipeline.sink_topic)
     memory = WatchMemory()
     window = RateWindow()
     previous: Snapshot | None = None
@@ -210,36 +223,37 @@ def watch(
                     live.update(view, refresh=True)
 
                 while not stop.is_set():
-                    previous = _frame(client, settings, kafka, memory, window, previous, redraw)
+                    previous = _frame(client, pipeline, timeouts, positions, memory, window, previous, redraw)
                     stop.wait(interval_s)
         else:
             while not stop.is_set():
-                previous = _frame(client, settings, kafka, memory, window, previous, console.print)
+                previous = _frame(client, pipeline, timeouts, positions, memory, window, previous, console.print)
                 console.print(Rule(style="dim"))
                 console.file.flush()
                 stop.wait(interval_s)
     except KeyboardInterrupt:
         pass
     finally:
-        kafka.close()
+        positions.close()
 
 
 def _frame(
     client: Client,
-    settings: Settings,
-    kafka: KafkaPositions,
+    pipeline: PipelineSettings,
+    timeouts: Timeouts,
+    positions: KafkaPositions,
     memory: WatchMemory,
     window: RateWindow,
     previous: Snapshot | None,
     show: Callable[[RenderableType], object],
 ) -> Snapshot | None:
     try:
-        snap = take_snapshot(client, kafka)
+        snap = take_snapshot(client, positions)
     except redis.RedisError as exc:
         if previous is not None:
-            show(render_watch(previous, Rates(), memory, settings, error=str(exc)))
+            show(render_watch(previous, Rates(), memory, pipeline, timeouts, error=str(exc)))
         else:
             show(Text(f"control state unreachable: {exc}", style="red"))
         return previous
-    show(render_watch(snap, window.add(snap), memory, settings))
+    show(render_watch(snap, window.add(snap), memory, pipeline, timeouts))
     return snap

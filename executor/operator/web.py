@@ -23,7 +23,8 @@ import structlog
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from hotswap.contract.errors import ConfigError
-from hotswap.contract.settings import Settings
+from hotswap.contract.names import Names
+from hotswap.contract.settings import ControlSettings, KafkaSettings, OperatorSettings, PipelineSettings
 from hotswap.executor.control.controller import Executor
 from hotswap.executor.operator.client import Client, redis_client
 from hotswap.executor.operator.dashboard import fragment, page
@@ -81,11 +82,11 @@ class Gate:
         self.token = token
 
     @staticmethod
-    def for_settings(settings: Settings) -> Gate:
-        host = settings.metrics_host
+    def for_settings(operator: OperatorSettings) -> Gate:
+        host = operator.metrics_host
         if host in LOOPBACK:
             return Gate(host, None)
-        given = settings.metrics_token
+        given = operator.metrics_token
         return Gate(host, given.get_secret_value() if given is not None else secrets.token_urlsafe(24))
 
     def host_allowed(self, header: str | None, port: int) -> bool:
@@ -119,26 +120,27 @@ class MonitorServer:
 
     def __init__(
         self,
-        settings: Settings,
+        operator: OperatorSettings,
+        names: Names,
         client: Client,
         *,
         lease: LeaseCounts | None = None,
         queries: Callable[[], Iterable[QueryProgress]] | None = None,
         kafka: KafkaPositions | None = None,
     ) -> None:
-        assert settings.metrics_port is not None
-        self._settings = settings
-        self.gate = Gate.for_settings(settings)
+        assert operator.metrics_port is not None
+        self._operator = operator
+        self.gate = Gate.for_settings(operator)
         self._kafka = kafka
         self.observer = Observer(client, kafka)
         self.registry, self._durations = metrics_registry(
-            self.observer.snapshot, lease, queries, settings.names.owned_topic_prefix
+            self.observer.snapshot, lease, queries, names.owned_topic_prefix
         )
         try:
-            self._server = ThreadingHTTPServer((settings.metrics_host, settings.metrics_port), self._handler())
+            self._server = ThreadingHTTPServer((operator.metrics_host, operator.metrics_port), self._handler())
         except OSError as exc:
             raise ConfigError(
-                f"cannot serve metrics on {settings.metrics_host}:{settings.metrics_port} ({exc.strerror}); "
+                f"cannot serve metrics on {operator.metrics_host}:{operator.metrics_port} ({exc.strerror}); "
                 "choose another --metrics-port (0 takes any free port)"
             ) from exc
         self._server.daemon_threads = True
@@ -152,7 +154,7 @@ class MonitorServer:
 
     @property
     def url(self) -> str:
-        host = self._settings.metrics_host
+        host = self._operator.metrics_host
         shown = "127.0.0.1" if host in ("", "0.0.0.0") else host  # noqa: S104 - only how the address is shown
         return f"http://{shown}:{self.port}/"
 
@@ -161,7 +163,7 @@ class MonitorServer:
         if self._durations is not None:
             self._durations.start()
         log.info("dashboard and metrics served", dashboard=self.url, metrics=f"{self.url}metrics")
-        if self.gate.token is not None and self._settings.metrics_token is None:
+        if self.gate.token is not None and self._operator.metrics_token is None:
             # Printed once, on the terminal only: never in the structured log.
             print(f"hotswap: dashboard token (open {self.url}?token=<it>): {self.gate.token}", file=sys.stderr)
         return self
@@ -242,12 +244,20 @@ def spark_queries(executor: Executor) -> Callable[[], Iterable[QueryProgress]]:
     return lambda: [query for query in executor.spark_queries() if query.isActive]
 
 
-def start_monitor(settings: Settings, executor: Executor) -> MonitorServer:
+def start_monitor(
+    executor: Executor,
+    *,
+    operator: OperatorSettings,
+    control: ControlSettings,
+    kafka: KafkaSettings,
+    pipeline: PipelineSettings,
+) -> MonitorServer:
     """The endpoint of an executor about to run: its metrics, its dashboard."""
     return MonitorServer(
-        settings,
-        Client(settings, redis_client(settings)),
+        operator,
+        pipeline.names,
+        Client(control, kafka, pipeline, redis_client(control)),
         lease=executor.lease,
         queries=spark_queries(executor),
-        kafka=KafkaPositions(settings),
+        kafka=KafkaPositions(kafka, pipeline.sink_topic),
     ).start()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import structlog
 
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import KafkaSettings, StackSettings
 from hotswap.executor.errors import StackError
 from hotswap.executor.stack import jars
 from hotswap.executor.stack.kafka import KafkaBroker, cluster_of
@@ -46,14 +46,14 @@ class ServiceStatus:
 class EmbeddedStack:
     """Fetches, starts, checks and stops the embedded Kafka broker (or brokers) and Redis server."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.home = settings.home.expanduser().resolve()
+    def __init__(self, stack: StackSettings, kafka: KafkaSettings) -> None:
+        self.settings = stack
+        self.home = stack.home.expanduser().resolve()
         # External brokers are one service: the stack only asks whether they answer.
-        nodes = 1 if settings.kafka_bootstrap is not None else settings.kafka_brokers
-        self.brokers = tuple(KafkaBroker(settings, self.home, node) for node in range(1, nodes + 1))
+        nodes = 1 if stack.kafka_bootstrap is not None else stack.kafka_brokers
+        self.brokers = tuple(KafkaBroker(stack, kafka, self.home, node) for node in range(1, nodes + 1))
         self.kafka = self.brokers[0]
-        self.redis = RedisServer(settings, self.home)
+        self.redis = RedisServer(stack, self.home)
         self.services: tuple[Service, ...] = (*self.brokers, self.redis)
         self.state = ProcessState(self.home)
 

@@ -16,7 +16,7 @@ import structlog
 from kafka import KafkaAdminClient  # type: ignore[import-untyped,unused-ignore]
 from kafka.errors import KafkaError  # type: ignore[import-untyped,unused-ignore]
 
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import KafkaSettings, StackSettings
 from hotswap.executor.errors import StackError
 from hotswap.executor.stack.jars import KAFKA_POM_DIR
 from hotswap.executor.stack.process import LOCALHOST, Proc, last_line, port_open, rotate, spawn
@@ -50,36 +50,37 @@ def kafka_answers(config: dict[str, Any]) -> bool:
 
 
 class KafkaBroker(Service):
-    """One embedded broker (node `node` of `settings.kafka_brokers`), or the external brokers that
+    """One embedded broker (node `node` of `stack.kafka_brokers`), or the external brokers that
     settings name (then only `answers` is used)."""
 
     title = "Kafka"
     env = "HOTSWAP_KAFKA_BOOTSTRAP"
     stop_grace_s = 30.0  # a broker flushes and closes its logs on SIGTERM
 
-    def __init__(self, settings: Settings, home: Path, node: int = 1) -> None:
+    def __init__(self, stack: StackSettings, kafka: KafkaSettings, home: Path, node: int = 1) -> None:
         self.node = node
-        self.clustered = settings.kafka_brokers > 1 and settings.kafka_bootstrap is None
+        self._kafka = kafka  # how a client reaches the brokers (external ones, or the cluster once up)
+        self.clustered = stack.kafka_brokers > 1 and stack.kafka_bootstrap is None
         # The single broker keeps the name and directory it always had; a cluster's nodes are numbered.
         self.name = f"kafka-{node}" if self.clustered else "kafka"
         if self.clustered:
             self.title = f"Kafka node {node}"
         super().__init__(
-            settings,
+            stack,
             home,
-            external=settings.kafka_bootstrap is not None,
-            ports=(settings.kafka_port + node - 1, settings.kafka_controller_port + node - 1),
+            external=stack.kafka_bootstrap is not None,
+            ports=(stack.kafka_port + node - 1, stack.kafka_controller_port + node - 1),
         )
         if self.clustered:
             self.dir = home / CLUSTER_DIR / f"node-{node}"
 
     def address(self) -> str:
-        return self.settings.kafka_bootstrap or f"{LOCALHOST}:{self.port}"
+        return self.stack.kafka_bootstrap or f"{LOCALHOST}:{self.port}"
 
     def answers(self) -> bool:
         """True if the broker lists its topics within a couple of seconds."""
         if self.external:
-            config = self.settings.kafka_python_config()
+            config = self._kafka.kafka_python_config()
         else:
             if not port_open(self.port):  # cheap, and spares kafka-python's retries on a closed port
                 return False
@@ -91,7 +92,7 @@ class KafkaBroker(Service):
         cannot be asked)."""
         try:
             admin = KafkaAdminClient(
-                **self.settings.kafka_python_config(),
+                **self._kafka.kafka_python_config(),
                 client_id="hotswap-stack-probe",
                 bootstrap_timeout_ms=2000,
                 request_timeout_ms=2000,
@@ -111,13 +112,13 @@ class KafkaBroker(Service):
         controller = self.ports[1]
         listeners = f"PLAINTEXT://{LOCALHOST}:{self.port},CONTROLLER://{LOCALHOST}:{controller}"
         # Internal topics get as many replicas as there are brokers (up to 3) and tolerate one loss.
-        replicas = min(self.settings.kafka_brokers, MAX_INTERNAL_REPLICAS) if self.clustered else 1
+        replicas = min(self.stack.kafka_brokers, MAX_INTERNAL_REPLICAS) if self.clustered else 1
         internal_isr = max(1, replicas - 1)
         if self.clustered:
             # Every node is broker and controller; the voters are fixed (a static quorum), so the storage
             # is formatted without --standalone and every node lists them all.
             voters = ",".join(
-                f"{node}@{LOCALHOST}:{port}" for node, port in enumerate(self.settings.embedded_controller_ports, 1)
+                f"{node}@{LOCALHOST}:{port}" for node, port in enumerate(self.stack.embedded_controller_ports, 1)
             )
             quorum: dict[str, Any] = {"controller.quorum.voters": voters}
         else:
@@ -180,7 +181,7 @@ class KafkaBroker(Service):
         rotate(logfile)
         if not (data / "meta.properties").is_file():
             self._format_storage(jars, server_properties, logfile, cluster)
-        heap = self.settings.kafka_heap
+        heap = self.stack.kafka_heap
         command = [
             _java(),
             f"-Xmx{heap}",
@@ -228,12 +229,12 @@ class KafkaBroker(Service):
         log.info("stack.kafka.formatted", node=self.node, data=str(self.dir / "data"))
 
 
-def cluster_of(settings: Settings, home: Path) -> str:
+def cluster_of(stack: StackSettings, home: Path) -> str:
     """The cluster id the embedded brokers' storage is formatted with. A single broker gets a new one
     (it is formatted once, alone). A cluster's id and size are kept in `<home>/kafka-cluster/cluster.json`,
     so a node formatted later joins the same cluster, and a cluster is never restarted at another size
     (its static quorum is written into every node's storage)."""
-    if settings.kafka_brokers == 1:
+    if stack.kafka_brokers == 1:
         return cluster_id()
     directory = home / CLUSTER_DIR
     path = directory / CLUSTER_FILE
@@ -245,15 +246,15 @@ def cluster_of(settings: Settings, home: Path) -> str:
         raise StackError(f"{path} is unreadable ({exc}); delete {directory} to start the cluster afresh") from exc
     if recorded is None:
         directory.mkdir(parents=True, exist_ok=True)
-        recorded = {"cluster_id": cluster_id(), "brokers": settings.kafka_brokers}
+        recorded = {"cluster_id": cluster_id(), "brokers": stack.kafka_brokers}
         path.write_text(json.dumps(recorded) + "\n")
     if not isinstance(recorded, dict) or not isinstance(recorded.get("cluster_id"), str):
         raise StackError(f"{path} does not name a cluster id; delete {directory} to start the cluster afresh")
-    if recorded.get("brokers") != settings.kafka_brokers:
+    if recorded.get("brokers") != stack.kafka_brokers:
         raise StackError(
             f"the embedded Kafka cluster in {directory} has {recorded.get('brokers')} brokers, not "
-            f"{settings.kafka_brokers}; set HOTSWAP_KAFKA_BROKERS={recorded.get('brokers')}, or stop it and delete "
-            f"{directory} to start one of {settings.kafka_brokers}"
+            f"{stack.kafka_brokers}; set HOTSWAP_KAFKA_BROKERS={recorded.get('brokers')}, or stop it and delete "
+            f"{directory} to start one of {stack.kafka_brokers}"
         )
     return str(recorded["cluster_id"])
 

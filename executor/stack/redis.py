@@ -7,7 +7,7 @@ from pathlib import Path
 import redis
 import structlog
 
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import StackSettings
 from hotswap.executor.stack.process import LOCALHOST, Proc, port_open, rotate, spawn
 from hotswap.executor.stack.service import Service
 
@@ -33,18 +33,18 @@ class RedisServer(Service):
     env = "HOTSWAP_REDIS_URL"
     stop_grace_s = 10.0
 
-    def __init__(self, settings: Settings, home: Path) -> None:
-        super().__init__(settings, home, external=settings.redis_url is not None, ports=(settings.redis_port,))
+    def __init__(self, stack: StackSettings, home: Path) -> None:
+        super().__init__(stack, home, external=stack.redis_url is not None, ports=(stack.redis_port,))
 
     def address(self) -> str:
         """Where Redis is, with any password masked: this is printed and logged."""
-        return mask_url(self.settings.redis_dsn)
+        return mask_url(self.stack.redis_dsn)
 
     def answers(self) -> bool:
         """True if Redis answers PING within a couple of seconds."""
         if not self.external and not port_open(self.port):
             return False
-        return redis_answers(self.settings.redis_dsn)
+        return redis_answers(self.stack.redis_dsn)
 
     def start(self, redis_server: str) -> Proc:
         """Start `redis_server` detached on the embedded port."""

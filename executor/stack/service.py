@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import StackSettings
 
 
 class Service:
@@ -16,8 +16,8 @@ class Service:
     env: str  # the setting that makes it external
     stop_grace_s: float
 
-    def __init__(self, settings: Settings, home: Path, *, external: bool, ports: tuple[int, ...]) -> None:
-        self.settings = settings
+    def __init__(self, stack: StackSettings, home: Path, *, external: bool, ports: tuple[int, ...]) -> None:
+        self.stack = stack
         self.dir = home / self.name
         self.external = external
         self.ports = ports  # every port the embedded service binds; clients use the first

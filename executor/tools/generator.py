@@ -29,7 +29,7 @@ from kafka import KafkaProducer
 
 from hotswap.contract.errors import ConfigError
 from hotswap.contract.models import now_ms
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import KafkaSettings
 
 
 class Profile(StrEnum):
@@ -234,7 +234,7 @@ class GeneratorReport:
 
 
 def produce(
-    settings: Settings,
+    kafka: KafkaSettings,
     spec: GeneratorSpec,
     topic: str,
     stop: threading.Event | None = None,
@@ -243,7 +243,7 @@ def produce(
 ) -> GeneratorReport:
     """Send events to `topic`, paced at spec.rate; returns what was sent (stops early on `stop`)."""
     start_ts = spec.start_ts if spec.start_ts is not None else now_ms()
-    producer = KafkaProducer(**settings.kafka_python_config(), acks="all", linger_ms=5)
+    producer = KafkaProducer(**kafka.kafka_python_config(), acks="all", linger_ms=5)
     began = time.monotonic()
     next_report = began + progress_every_s
     sent = 0

@@ -31,7 +31,7 @@ from hotswap.contract.models import (
 )
 from hotswap.contract.names import Keys
 from hotswap.contract.records import read_service_state
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import KafkaSettings, Settings
 from hotswap.contract.source import SourceSpec
 from hotswap.contract.windows import Windowing
 from hotswap.execution_graph.errors import GraphStartFailed, QueryRejected
@@ -229,7 +229,17 @@ class SparklessGraphs(Graphs):
     def __init__(self, settings: Settings, client: fakeredis.FakeRedis, clock: Callable[[], float]) -> None:
         self.fake_runner = FakeRunner()
         self.fake_topics = FakeTopics()
-        super().__init__(NO_SPARK, settings, client, cast(Topics, self.fake_topics), clock=clock)
+        super().__init__(
+            NO_SPARK,
+            client,
+            cast(Topics, self.fake_topics),
+            clock=clock,
+            pipeline=settings.pipeline,
+            kafka=settings.kafka,
+            queries=settings.queries,
+            timeouts=settings.timeouts,
+            recovery=settings.recovery,
+        )
         self.namespace_source = DEMO_SOURCE  # as the executor sets it when it starts
         self.runner = self.fake_runner  # type: ignore[assignment]  # structurally the part of GraphRunner used
         self.validated: list[str] = []
@@ -284,8 +294,8 @@ class ActiveQuery:
 class RecordedMarkers(MarkerWriter):
     """The service graph's marker producer, keeping the markers instead of sending them."""
 
-    def __init__(self, settings: Settings) -> None:
-        super().__init__(settings)
+    def __init__(self, kafka: KafkaSettings) -> None:
+        super().__init__(kafka)
         self.sent: list[Marker] = []
 
     def write(self, markers: list[Marker], *, wait: bool = False) -> None:
@@ -307,7 +317,13 @@ def operator(settings: Settings, client: redis.Redis) -> Client:
     as its tick would (an executor holds the namespace's lease)."""
     keys = Keys(settings.namespace)
     client.set(keys.lease, "component-executor", nx=True)
-    return Client(settings, client, between_polls=OperatorRequests(client, keys, None).apply_pending)
+    return Client(
+        settings.control,
+        settings.kafka,
+        settings.pipeline,
+        client,
+        between_polls=OperatorRequests(client, keys, None).apply_pending,
+    )
 
 
 class World:
@@ -322,13 +338,29 @@ class World:
         self.clock = ManualClock()
         self.graphs = SparklessGraphs(settings, self.client, self.clock)
         self.reporter = FakeReporter()
-        self.protocol = SwapProtocol(settings, self.client, self.graphs, self.reporter, clock=self.clock, worker=worker)
+        self.protocol = SwapProtocol(
+            self.client,
+            self.graphs,
+            self.reporter,
+            clock=self.clock,
+            worker=worker,
+            pipeline=settings.pipeline,
+            timeouts=settings.timeouts,
+            recovery=settings.recovery,
+        )
         self.journal = Journal(self.client, self.keys)
-        self.service = ServiceGraph(NO_SPARK, settings, self.client)
+        self.service = ServiceGraph(
+            NO_SPARK,
+            self.client,
+            pipeline=settings.pipeline,
+            kafka=settings.kafka,
+            timeouts=settings.timeouts,
+            recovery=settings.recovery,
+        )
         self.service.query = cast(StreamingQuery, ActiveQuery())
-        self.markers = RecordedMarkers(settings)
+        self.markers = RecordedMarkers(settings.kafka)
         self.service._markers = self.markers
-        self.service._source = QuietSource(settings)
+        self.service._source = QuietSource(settings.kafka, settings.source_topic)
 
     def serve(self, name: str, window_ms: int = 10_000) -> GraphRecord:
         """`hotswap run --query`: the namespace's first query, running and current."""

@@ -42,7 +42,16 @@ def test_a_promoted_shadow_that_gets_no_cut_within_the_cut_timeout_fails(world: 
 def test_a_dry_run_whose_analysis_does_not_end_is_answered_at_the_validation_timeout(world: World) -> None:
     never: Future[DryRunPlan] = Future()  # an analysis that never ends (a .py query that sleeps)
     clock = ManualClock()
-    dry_runs = DryRuns(world.settings, NO_SPARK, world.client, world.graphs, lambda work, name: never, clock)
+    dry_runs = DryRuns(
+        NO_SPARK,
+        world.client,
+        world.graphs,
+        lambda work, name: never,
+        clock,
+        pipeline=world.settings.pipeline,
+        kafka=world.settings.kafka,
+        timeouts=world.settings.timeouts,
+    )
     keys = Keys(world.settings.namespace)
     request = DryRunRequest(id="d1", source=query("slow", 10_000))
     world.client.set(keys.dry_run(request.id), request.model_dump_json())

@@ -339,7 +339,14 @@ class DeadQuery:
 
 def test_a_service_graph_that_fails_past_its_budget_ends_the_executor_with_one_line() -> None:
     settings = Settings(namespace="component", query_restarts=0)
-    service = ServiceGraph(NO_SPARK, settings, fakeredis.FakeRedis())
+    service = ServiceGraph(
+        NO_SPARK,
+        fakeredis.FakeRedis(),
+        pipeline=settings.pipeline,
+        kafka=settings.kafka,
+        timeouts=settings.timeouts,
+        recovery=settings.recovery,
+    )
     service.query = cast(StreamingQuery, DeadQuery(RuntimeError("Kafka source lost offsets\n\tat org.apache...")))
     with pytest.raises(ServiceGraphError) as ended:
         service.supervise()

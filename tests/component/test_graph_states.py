@@ -108,7 +108,7 @@ def test_retention_forgets_a_discarded_graph_with_its_swap(world: World) -> None
     world.deploy(done)
     assert world.complete(done, W1).state is SwapPhase.COMPLETED
 
-    Retention(world.settings, world.journal, world.graphs, world.graphs.fake_topics).sweep()  # type: ignore[arg-type]
+    Retention(world.settings.pipeline, world.journal, world.graphs, world.graphs.fake_topics).sweep()  # type: ignore[arg-type]
 
     assert [s.id for s in world.journal.all()] == [done]  # journal_retention = 1
     assert world.graphs.get("b") is None

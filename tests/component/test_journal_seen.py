@@ -32,23 +32,23 @@ def namespace(tmp_path: Path, journal_version: int) -> tuple[Settings, fakeredis
 
 def test_a_redis_whose_journal_is_older_than_the_checkpoints_have_seen_is_refused(tmp_path: Path) -> None:
     settings, client, _ = namespace(tmp_path, journal_version=5)
-    JournalSeen(settings).note(9)  # an executor saw 9 writes, then Redis came back from an older snapshot
+    JournalSeen(settings.control).note(9)  # an executor saw 9 writes, then Redis came back from an older snapshot
     with pytest.raises(ControlStateLost, match=r"Redis holds version 5 .* its checkpoints have seen version 9"):
-        claim(client, settings, cast(Topics, FakeTopics()), "me", DEMO_SOURCE)
+        claim(client, settings.control, cast(Topics, FakeTopics()), "me", DEMO_SOURCE)
 
 
 def test_a_redis_that_kept_every_write_is_taken_and_later_versions_are_noted(tmp_path: Path) -> None:
     settings, client, _ = namespace(tmp_path, journal_version=9)
-    JournalSeen(settings).note(9)
-    claim(client, settings, cast(Topics, FakeTopics()), "me", DEMO_SOURCE)
-    seen = JournalSeen(settings)
+    JournalSeen(settings.control).note(9)
+    claim(client, settings.control, cast(Topics, FakeTopics()), "me", DEMO_SOURCE)
+    seen = JournalSeen(settings.control)
     seen.note(12)
     seen.note(11)  # never backwards
-    assert JournalSeen(settings).read() == 12
+    assert JournalSeen(settings.control).read() == 12
     assert not list(settings.names.checkpoint_root.glob(".*.tmp"))  # written by rename
 
 
 def test_a_namespace_without_the_file_is_taken(tmp_path: Path) -> None:
     settings, client, _ = namespace(tmp_path, journal_version=3)
-    claim(client, settings, cast(Topics, FakeTopics()), "me", DEMO_SOURCE)
-    assert JournalSeen(settings).read() is None
+    claim(client, settings.control, cast(Topics, FakeTopics()), "me", DEMO_SOURCE)
+    assert JournalSeen(settings.control).read() is None

@@ -35,13 +35,23 @@ def no_spark_stream(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def dry_run_of(world: World, name: str, window_ms: int) -> DryRunPlan:
-    dry_runs = DryRuns(world.settings, NO_SPARK, world.client, world.graphs, at_once)
+    dry_runs = DryRuns(
+        NO_SPARK,
+        world.client,
+        world.graphs,
+        at_once,
+        pipeline=world.settings.pipeline,
+        kafka=world.settings.kafka,
+        timeouts=world.settings.timeouts,
+    )
     return dry_runs.plan(DryRunRequest(id=f"d-{name}", source=query(name, window_ms)))
 
 
 def first_query(settings: Settings, world: World, name: str, window_ms: int) -> None:
     """What `hotswap run --query` does with the namespace's first query (Executor._deploy_initial)."""
-    executor = SimpleNamespace(settings=settings, graphs=world.graphs, _analyser=Analyser(settings, world.graphs))
+    executor = SimpleNamespace(
+        settings=settings, graphs=world.graphs, _analyser=Analyser(settings.pipeline, world.graphs)
+    )
     Executor._deploy_initial(cast(Executor, executor), query(name, window_ms), None)
 
 

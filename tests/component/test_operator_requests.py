@@ -52,7 +52,13 @@ def test_an_abort_the_executor_never_takes_is_withdrawn_and_changes_nothing(
     world.client.set(world.keys.lease, "an executor that does not tick")
     monkeypatch.setattr(client_module, "ANSWER_WAIT_S", 0.0)
     with pytest.raises(RequestNotTaken, match="withdrawn and nothing changed"):
-        Client(world.settings, world.client, between_polls=lambda: None).abort(swap_id)
+        Client(
+            world.settings.control,
+            world.settings.kafka,
+            world.settings.pipeline,
+            world.client,
+            between_polls=lambda: None,
+        ).abort(swap_id)
     # The request is gone: an executor that ticks later does not abort the swap.
     OperatorRequests(world.client, world.keys, None).apply_pending()
     assert world.state(swap_id) is SwapPhase.SUBMITTED
@@ -71,7 +77,9 @@ def test_a_submit_the_executor_never_takes_leaves_no_swap_behind(world: World, t
     query_file = tmp_path / "b.sql"
     query_file.write_text("30000")
     world.client.set(world.keys.lease, "an executor that does not tick")
-    client = Client(world.settings, world.client, between_polls=lambda: None)
+    client = Client(
+        world.settings.control, world.settings.kafka, world.settings.pipeline, world.client, between_polls=lambda: None
+    )
     with pytest.raises(RequestNotTaken, match="withdrawn and nothing changed"):
         client.submit(query_file, validation_timeout_s=0.0)
     OperatorRequests(world.client, world.keys, None).apply_pending()  # the executor ticks at last

@@ -11,7 +11,7 @@ import pytest
 from hotswap.contract.models import GraphRecord, GraphState, SkippedRows
 from hotswap.contract.names import SKIPPED
 from hotswap.contract.records import read_counters
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import KafkaSettings, Settings
 from hotswap.executor.control import graphs as graphs_module
 from tests.component.fakes import World
 
@@ -33,7 +33,9 @@ def moved(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Sequence[SkippedRo
     """What was copied to the dead-letter topic (Kafka faked): one row per offset."""
     calls: list[tuple[str, Sequence[SkippedRows]]] = []
 
-    def copy(settings: Settings, record: GraphRecord, rows: Sequence[SkippedRows], why: str, timeout_s: float) -> int:
+    def copy(
+        kafka: KafkaSettings, topic: str, record: GraphRecord, rows: Sequence[SkippedRows], why: str, timeout_s: float
+    ) -> int:
         calls.append((record.query_id, rows))
         return sum(r.end - r.start for r in rows)
 

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.component
 
 
 def retention(world: World) -> Retention:
-    return Retention(world.settings, world.journal, world.graphs, world.graphs.fake_topics)  # type: ignore[arg-type]
+    return Retention(world.settings.pipeline, world.journal, world.graphs, world.graphs.fake_topics)  # type: ignore[arg-type]
 
 
 def swap_through(world: World, names: list[str]) -> list[str]:

@@ -89,7 +89,7 @@ def services() -> Iterator[Services]:
         kafka_controller_port=KAFKA_CONTROLLER_PORT,
         redis_port=REDIS_PORT,
     )
-    stack = EmbeddedStack(settings)
+    stack = EmbeddedStack(settings.stack, settings.kafka)
     stack.up(timeout_s=180)
     try:
         yield Services(
@@ -140,7 +140,7 @@ def spark(services: Services) -> Iterator[SparkSession]:
     settings = Settings(
         jars_dir=JARS, kafka_bootstrap=services.bootstrap, spark_driver_memory="2g", spark_conf=KEEP_EVERY_BATCH
     )
-    session = build_spark_session(settings)
+    session = build_spark_session(settings.spark)
     yield session
     session.stop()
 
@@ -152,11 +152,11 @@ def settings(services: Services, tmp_path: Path) -> Settings:
 
 @pytest.fixture
 def control(settings: Settings) -> Iterator[redis.Redis]:
-    client = redis_client(settings)
+    client = redis_client(settings.control)
     yield client
     client.close()
 
 
 @pytest.fixture
 def client(settings: Settings, control: redis.Redis) -> Client:
-    return Client(settings, control)
+    return Client(settings.control, settings.kafka, settings.pipeline, control)

@@ -67,7 +67,7 @@ class RunningExecutor:
     """An executor in a background thread of the test process, sharing its SparkSession."""
 
     def __init__(self, settings: Settings, spark: SparkSession, query: Path) -> None:
-        self.executor = Executor(settings, spark, redis_client(settings))
+        self.executor = Executor(settings, spark, redis_client(settings.control))
         self._stop = threading.Event()
         self._errors: list[BaseException] = []
         self._thread = threading.Thread(target=self._run, args=(query,), daemon=True, name="test-executor")
@@ -103,7 +103,7 @@ def executor_running(settings: Settings, spark: SparkSession, query: Path) -> It
     except BaseException:
         print_spark_state(spark)  # before stop() ends the queries: what was each one doing?
         with contextlib.suppress(Exception):  # best effort: the diagnosis must not hide the failure
-            for swap in Client(settings).status().swaps:
+            for swap in Client(settings.control, settings.kafka, settings.pipeline).status().swaps:
                 print(f"swap {swap.id} {swap.state}: {swap.waiting_for or swap.error or ''}")
         raise
     finally:
@@ -130,7 +130,10 @@ class Load:
     def __init__(self, settings: Settings, spec: GeneratorSpec) -> None:
         self._stop = threading.Event()
         self._thread = threading.Thread(
-            target=produce, args=(settings, spec, settings.source_topic, self._stop), daemon=True, name="test-load"
+            target=produce,
+            args=(settings.kafka, spec, settings.source_topic, self._stop),
+            daemon=True,
+            name="test-load",
         )
 
     def start(self) -> Load:
@@ -294,7 +297,7 @@ class Record:
 def read_topic(settings: Settings, topic: str) -> list[Record]:
     return [
         Record(r.partition, r.offset, r.key, r.value, dict(r.headers or []))
-        for r in read_topic_records(settings, topic, timeout_s=60)
+        for r in read_topic_records(settings.kafka, topic, timeout_s=60)
     ]
 
 

@@ -80,7 +80,7 @@ def demo_event(record: Any) -> SourceEvent | None:
 
 def source_events(settings: Settings, decode: Decode = demo_event) -> list[SourceEvent]:
     events = []
-    for r in read_topic_records(settings, settings.source_topic, timeout_s=60):
+    for r in read_topic_records(settings.kafka, settings.source_topic, timeout_s=60):
         try:
             event = decode(r)
         except (ValueError, KeyError, TypeError):
@@ -95,7 +95,7 @@ def event_ids(settings: Settings, topic: str) -> set[EventId]:
     late row names its source position in its route header ("late,partition,offset,..."), a dead
     letter in its source header ("partition/offset")."""
     ids: set[EventId] = set()
-    for record in read_topic_records(settings, topic, timeout_s=60):
+    for record in read_topic_records(settings.kafka, topic, timeout_s=60):
         headers = dict(record.headers or [])
         if "hotswap.source" in headers:
             partition, offset = headers["hotswap.source"].decode().split("/")

@@ -87,4 +87,6 @@ def assert_three_swaps_keep_every_invariant(settings: Settings, client: Client, 
         Version("total_per_key_20s", 20_000, count_and_total),
     ]
     assert [s.to_query for s in swaps] == [v.query_id for v in versions[1:]]
-    assert_invariants(read_results(settings), truth.on_time, versions, cuts, truth.closed_until)
+    assert_invariants(
+        read_results(settings.kafka, settings.sink_topic), truth.on_time, versions, cuts, truth.closed_until
+    )

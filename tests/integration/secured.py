@@ -26,7 +26,7 @@ import redis
 from kafka import KafkaAdminClient
 from kafka.admin import ScramMechanism, UserScramCredentialUpsertion
 
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import KafkaSettings, Settings, StackSettings
 from hotswap.executor.stack import kafka_answers
 from hotswap.executor.stack.jars import kafka_jars
 from hotswap.executor.stack.kafka import KafkaBroker, cluster_id
@@ -75,8 +75,8 @@ def make_certificates(directory: Path) -> Certificates:
 class SecuredBroker(KafkaBroker):
     """The embedded broker with a third listener, SECURED, on SASL_SSL with SCRAM-SHA-512."""
 
-    def __init__(self, settings: Settings, home: Path, certificates: Certificates) -> None:
-        super().__init__(settings, home)
+    def __init__(self, stack: StackSettings, kafka: KafkaSettings, home: Path, certificates: Certificates) -> None:
+        super().__init__(stack, kafka, home)
         self.certificates = certificates
 
     def server_properties(self) -> str:
@@ -203,7 +203,7 @@ def secured_services(home: Path) -> Iterator[SecuredServices]:
         settings = Settings(
             home=home, jars_dir=JARS, kafka_port=PLAIN_PORT, kafka_controller_port=CONTROLLER_PORT, kafka_heap="256m"
         )
-        broker = SecuredBroker(settings, home, certificates)
+        broker = SecuredBroker(settings.stack, settings.kafka, home, certificates)
         broker_pid = broker.start(kafka_jars(settings.jar_cache), cluster_id()).pid
         plain = {"bootstrap_servers": [f"{LOCALHOST}:{PLAIN_PORT}"]}
         wait_until(lambda: kafka_answers(plain), START_TIMEOUT_S, "the secured broker's plaintext listener")

@@ -95,8 +95,10 @@ def test_four_partitions_one_skewed_one_empty_under_a_row_cap_close_no_window_ea
         engine=GraphEngine.CLOSING,
         partitions=4,
     )
-    runner = GraphRunner(spark, settings)
-    query = runner.start(record, ResultWriter(settings, record.query_id, record.group_columns))
+    runner = GraphRunner(spark, settings.pipeline, settings.kafka, settings.queries, settings.timeouts)
+    query = runner.start(
+        record, ResultWriter(settings.kafka, settings.sink_topic, record.query_id, record.group_columns)
+    )
     try:
         wait_until(lambda: runner.last_commit_watermark("skewed") == T0 + 30_000, 180, "the graph to close its windows")
         first = json.loads(query.recentProgress[0].sources[0].endOffset)[topic]
@@ -107,7 +109,7 @@ def test_four_partitions_one_skewed_one_empty_under_a_row_cap_close_no_window_ea
     assert first["3"] == 1
     assert first["0"] < rows[0]
 
-    results = read_results(settings)
+    results = read_results(settings.kafka, settings.sink_topic)
     found = Counter({(r.window_start, json.loads(r.key)["key"]): int(r.row["n"]) for r in results})
     assert sum(found.values()) == sum(rows.values()), "rows missing from the results"
     assert found == expected
@@ -118,14 +120,14 @@ def test_executor_killed_between_a_closing_batch_results_and_its_commit_emits_ea
     settings: Settings, client: Client, control: redis.Redis, tmp_path: Path
 ) -> None:
     settings = changed(settings, graph_engine="closing")
-    client = Client(settings, control)
+    client = Client(settings.control, settings.kafka, settings.pipeline, control)
     keys = Keys(settings.namespace)
     spec = GeneratorSpec(rate=300, keys=3, seed=33, disorder_ms=300, time_scale=10, start_ts=T0)
     with continuous_load(settings, spec) as load:
         # Killed (SIGKILL) right after the first closing batch wrote its results, before Spark committed it.
         crashing = ExecutorProcess(settings, COUNT_10S, tmp_path, crash_at="graph:after-results")
         assert crashing.wait_exit(240) == -signal.SIGKILL, f"no crash; see {crashing.log_path}"
-        after_crash = read_results(settings)
+        after_crash = read_results(settings.kafka, settings.sink_topic)
         assert after_crash, "the crashed batch should have written results"
         last = ExecutorProcess(settings, COUNT_10S, tmp_path)
         try:
@@ -136,7 +138,7 @@ def test_executor_killed_between_a_closing_batch_results_and_its_commit_emits_ea
             truth = settle(settings, lambda: committed_watermark(client, "count_per_key"))
         finally:
             last.stop()
-    results = read_results(settings)
+    results = read_results(settings.kafka, settings.sink_topic)
     # The replayed batch wrote the same results again, under the same keys and with the same values.
     replayed = {r.key: r.row for r in after_crash}
     assert all(r.row == replayed[r.key] for r in results if r.key in replayed)

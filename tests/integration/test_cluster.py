@@ -63,7 +63,7 @@ def test_three_swaps_on_a_standalone_cluster_keep_every_invariant(
     settings: Settings, control: redis.Redis, spark_cluster: StandaloneCluster, tmp_path: Path
 ) -> None:
     settings = changed(settings, graph_engine="closing", source_partitions=4)
-    client = Client(settings, control)
+    client = Client(settings.control, settings.kafka, settings.pipeline, control)
     conf = {**KEEP_EVERY_BATCH, **EXECUTOR_CONF}
     executor = ExecutorProcess(
         settings,

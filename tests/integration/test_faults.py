@@ -53,7 +53,7 @@ VERSIONS = [Version("count_per_key", 10_000, count_and_total), Version("max_per_
 
 def check_two_versions(truth: Truth, client: Client, swap_id: str) -> None:
     cut = truth.cut(client.journal.get(swap_id))
-    results = read_results(truth.settings)
+    results = read_results(truth.settings.kafka, truth.settings.sink_topic)
     assert_invariants(results, truth.on_time, VERSIONS, [cut], truth.closed_until, allow_redelivery=True)
 
 
@@ -133,7 +133,7 @@ def test_a_batch_killed_mid_write_is_replayed_and_counted_once(
     ]
     ids = [(int(route[1]), int(route[2])) for route in routes if route[0] == "data"]
     assert len(ids) > len(set(ids)), "the replayed batch should have written some rows twice"
-    results = read_results(settings)
+    results = read_results(settings.kafka, settings.sink_topic)
     assert_invariants(results, truth.on_time, VERSIONS[:1], [], truth.closed_until, allow_redelivery=True)
 
 
@@ -223,7 +223,14 @@ def test_a_query_failing_after_the_cut_is_restarted_from_its_checkpoint(
     assert tally(tmp_path, "flaky", "failures") == 2
     versions = [VERSIONS[0], Version("flaky", 10_000, count_and_total)]
     cuts = [truth.cut(done)]
-    assert_invariants(read_results(settings), truth.on_time, versions, cuts, truth.closed_until, allow_redelivery=True)
+    assert_invariants(
+        read_results(settings.kafka, settings.sink_topic),
+        truth.on_time,
+        versions,
+        cuts,
+        truth.closed_until,
+        allow_redelivery=True,
+    )
 
 
 def test_abort_works_until_the_cut(settings: Settings, spark: SparkSession, client: Client, tmp_path: Path) -> None:

@@ -56,7 +56,9 @@ YEAR_2100_MS = 4_102_444_800_000
 def check_two_versions(truth: Truth, client: Client, swap_id: str, closed_until: int | None = None) -> None:
     cut = truth.cut(client.journal.get(swap_id))
     closed = truth.closed_until if closed_until is None else closed_until
-    assert_invariants(read_results(truth.settings), truth.on_time, VERSIONS, [cut], closed)
+    assert_invariants(
+        read_results(truth.settings.kafka, truth.settings.sink_topic), truth.on_time, VERSIONS, [cut], closed
+    )
 
 
 def phase_at(record: SwapRecord, phase: SwapPhase) -> float:
@@ -103,7 +105,7 @@ def test_skewed_partitions_and_a_backlog_lose_no_row_and_catch_up_in_bounded_bat
 ) -> None:
     bound = 200
     skewed = changed(settings, lateness="5s", max_offsets_per_trigger=bound)
-    topics = Topics(skewed)
+    topics = Topics(skewed.kafka, skewed.pipeline, skewed.timeouts)
     topics.ensure(skewed.source_topic, PARTITIONS)
     topics.close()
     backlog = 300  # steps: 60 s of event time, 1,200 rows, six times the batch bound

@@ -29,7 +29,7 @@ def test_seeded_events_flow_through_and_every_closed_window_matches_a_recomputat
     # 4000 events over 40 s of event time, up to 300 ms out of order (lateness is 2 s).
     spec = GeneratorSpec(rate=2000, keys=5, seed=11, count=4000, disorder_ms=300, time_scale=20, start_ts=T0)
     with executor_running(settings, spark, COUNT_QUERY):
-        report = produce(settings, spec, settings.source_topic)
+        report = produce(settings.kafka, spec, settings.source_topic)
         assert report.sent == 4000
         last_closed = T0 + 35_000  # windows up to here close once the watermark (max ts - 2 s) passes them
         wait_until(lambda: committed_watermark(client, "count_per_key") >= last_closed, 120, "windows to close")
@@ -47,7 +47,7 @@ def test_seeded_events_flow_through_and_every_closed_window_matches_a_recomputat
     assert len(truth.events) == 4000
     assert not truth.late
     assert truth.closed_until >= last_closed
-    results = read_results(settings)
+    results = read_results(settings.kafka, settings.sink_topic)
     assert {r.query_id for r in results} == {"count_per_key"}
     version = Version("count_per_key", 10_000, count_and_total)
     assert_invariants(results, truth.on_time, [version], [], truth.closed_until)
@@ -57,7 +57,7 @@ def test_seeded_events_flow_through_and_every_closed_window_matches_a_recomputat
 def test_results_are_json_with_epoch_ms_and_a_key_of_window_and_group(settings: Settings, spark: SparkSession) -> None:
     spec = GeneratorSpec(rate=2000, keys=2, seed=3, count=600, time_scale=50, start_ts=T0)
     with executor_running(settings, spark, COUNT_QUERY):
-        produce(settings, spec, settings.source_topic)
+        produce(settings.kafka, spec, settings.source_topic)
         records = wait_until(lambda: read_topic(settings, settings.sink_topic), 120, "the first results")
     body = json.loads(records[0].value)
     assert set(body) == {"window_start", "window_end", "key", "n", "total", "query_id"}
@@ -73,16 +73,18 @@ def test_restart_on_the_same_namespace_resumes_without_duplicates(
     first = GeneratorSpec(rate=2000, keys=3, seed=5, count=1500, time_scale=20, start_ts=T0)
     second = GeneratorSpec(rate=2000, keys=3, seed=6, count=1500, time_scale=20, start_ts=T0 + 15_000)
     with executor_running(settings, spark, COUNT_QUERY):
-        produce(settings, first, settings.source_topic)
+        produce(settings.kafka, first, settings.source_topic)
         wait_until(lambda: committed_watermark(client, "count_per_key") >= T0 + 10_000, 120, "the first windows")
     # A restart with the same namespace: the running query resumes from its checkpoints.
     with executor_running(settings, spark, COUNT_QUERY):
-        produce(settings, second, settings.source_topic)
+        produce(settings.kafka, second, settings.source_topic)
         wait_until(lambda: committed_watermark(client, "count_per_key") >= T0 + 25_000, 120, "windows after restart")
         truth = settle(settings, lambda: committed_watermark(client, "count_per_key"))
     assert [s.to_query for s in client.status().swaps] == []
     version = Version("count_per_key", 10_000, count_and_total)
-    assert_invariants(read_results(settings), truth.on_time, [version], [], truth.closed_until)
+    assert_invariants(
+        read_results(settings.kafka, settings.sink_topic), truth.on_time, [version], [], truth.closed_until
+    )
 
 
 MALFORMED = [

@@ -28,7 +28,7 @@ def test_groups_of_bigint_double_and_timestamp_columns_never_share_a_result_key(
     # 2000 events, one every 10 ms of event time: 20 s, so the windows of T0 and T0 + 10 s close.
     spec = GeneratorSpec(rate=2000, keys=3, seed=17, count=2000, time_scale=20, start_ts=T0)
     with executor_running(settings, spark, MANY_TYPES):
-        produce(settings, spec, settings.source_topic)
+        produce(settings.kafka, spec, settings.source_topic)
         query_id = MANY_TYPES.stem
         wait_until(lambda: committed_watermark(client, query_id) >= T0 + 10_000, 120, "the first window to close")
     records = read_topic(settings, settings.sink_topic)

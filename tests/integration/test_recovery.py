@@ -97,7 +97,7 @@ def test_a_flushed_redis_stops_the_executor_with_one_line_and_reset_starts_over(
             again.stop()
     # Both runs wrote the windows they closed; each (window, key) has one value under one key.
     versions = [Version("count_per_key", 10_000, count_and_total)]
-    results = read_results(settings)
+    results = read_results(settings.kafka, settings.sink_topic)
     assert_invariants(results, truth.on_time, versions, [], truth.closed_until, allow_redelivery=True)
 
 
@@ -142,7 +142,14 @@ def test_an_executor_stalled_past_its_lease_during_a_drain_is_fenced_off_and_its
                 successor.stop()
     versions = [Version("count_per_key", 10_000, count_and_total), Version("max_per_key_30s", 30_000, peak_and_low)]
     cuts = [truth.cut(done)]
-    assert_invariants(read_results(settings), truth.on_time, versions, cuts, truth.closed_until, allow_redelivery=True)
+    assert_invariants(
+        read_results(settings.kafka, settings.sink_topic),
+        truth.on_time,
+        versions,
+        cuts,
+        truth.closed_until,
+        allow_redelivery=True,
+    )
 
 
 def test_a_completed_swap_and_a_running_one_are_rolled_back_under_load(
@@ -186,7 +193,9 @@ def test_a_completed_swap_and_a_running_one_are_rolled_back_under_load(
         Version(running.to_query, 30_000, peak_and_low),
         Version(final, 10_000, count_and_total),
     ]
-    assert_invariants(read_results(settings), truth.on_time, versions, cuts, truth.closed_until)
+    assert_invariants(
+        read_results(settings.kafka, settings.sink_topic), truth.on_time, versions, cuts, truth.closed_until
+    )
 
 
 def test_a_query_failing_for_good_after_its_cut_is_rolled_back_and_then_fixed_forward_on_its_buffer(
@@ -230,7 +239,9 @@ def test_a_query_failing_for_good_after_its_cut_is_rolled_back_and_then_fixed_fo
         Version(final, 10_000, mean_and_n),
     ]
     # Every window after each W is answered once: by whoever took over the failed query's buffer.
-    assert_invariants(read_results(settings), truth.on_time, versions, cuts, truth.closed_until)
+    assert_invariants(
+        read_results(settings.kafka, settings.sink_topic), truth.on_time, versions, cuts, truth.closed_until
+    )
 
 
 def test_a_query_failing_on_a_live_row_after_its_cut_is_rolled_back_on_its_own(
@@ -267,7 +278,9 @@ def test_a_query_failing_on_a_live_row_after_its_cut_is_rolled_back_on_its_own(
         Version("poisoned", 10_000, count_and_total),
         Version(final, 10_000, count_and_total),
     ]
-    assert_invariants(read_results(settings), truth.on_time, versions, cuts, truth.closed_until)
+    assert_invariants(
+        read_results(settings.kafka, settings.sink_topic), truth.on_time, versions, cuts, truth.closed_until
+    )
 
 
 def test_a_batch_that_stalls_in_a_drain_is_cancelled_and_replayed_exactly_once(
@@ -308,7 +321,13 @@ def test_a_batch_that_stalls_in_a_drain_is_cancelled_and_replayed_exactly_once(
     assert done.reason_code is None
     assert cut.cut_window_end == done.cut_window_end
     versions = [Version("hangs_in_drain", 10_000, count_and_total), Version("count_per_key", 10_000, count_and_total)]
-    assert_invariants(read_results(settings), truth.on_time, versions, [truth.cut(done)], truth.closed_until)
+    assert_invariants(
+        read_results(settings.kafka, settings.sink_topic),
+        truth.on_time,
+        versions,
+        [truth.cut(done)],
+        truth.closed_until,
+    )
 
 
 def test_a_first_query_that_failed_for_good_on_a_row_is_replaced(
@@ -346,7 +365,13 @@ def test_a_first_query_that_failed_for_good_on_a_row_is_replaced(
     assert done.from_query == "poisoned_first"
     assert done.cut_window_end == stopped - stopped % 10_000  # from the end of its last window
     versions = [Version("poisoned_first", 10_000, count_and_total), Version("count_per_key", 10_000, count_and_total)]
-    assert_invariants(read_results(settings), truth.on_time, versions, [truth.cut(done)], truth.closed_until)
+    assert_invariants(
+        read_results(settings.kafka, settings.sink_topic),
+        truth.on_time,
+        versions,
+        [truth.cut(done)],
+        truth.closed_until,
+    )
 
 
 POISON_AWARE = """
@@ -403,4 +428,4 @@ def test_a_serving_query_that_fails_on_a_row_dead_letters_that_batch_and_goes_on
     skipped = {tuple(int(n) for n in r.headers["hotswap.source"].split(b"/")) for r in dead}
     kept = [e for e in truth.on_time if e.id not in skipped]
     versions = [Version("poison_aware", 10_000, count_and_total)]
-    assert_invariants(read_results(settings), kept, versions, [], truth.closed_until)
+    assert_invariants(read_results(settings.kafka, settings.sink_topic), kept, versions, [], truth.closed_until)

@@ -74,7 +74,10 @@ def test_a_swap_under_load_over_tls_and_scram_as_least_privilege_users(
     base = namespace_settings(tmp_path / "home", kafka.pop("kafka_bootstrap"), "redis://unused", "s", **kafka)
     settings, executor_password = as_redis_user(secured, base, executor_rules(base.namespace))
     as_submitter, submitter_password = as_redis_user(secured, base, submitter_rules(base.namespace))
-    operator, submitter = Client(settings), Client(as_submitter)
+    operator, submitter = (
+        Client(settings.control, settings.kafka, settings.pipeline),
+        Client(as_submitter.control, as_submitter.kafka, as_submitter.pipeline),
+    )
 
     spec = GeneratorSpec(rate=300, keys=3, seed=31, disorder_ms=500, time_scale=10, start_ts=T0)
     with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as load:
@@ -101,7 +104,7 @@ def test_a_swap_under_load_over_tls_and_scram_as_least_privilege_users(
         direct.close()
 
     versions = [Version("count_per_key", 10_000, count_and_total), Version("max_per_key_30s", 30_000, peak_and_low)]
-    results = read_results(settings)
+    results = read_results(settings.kafka, settings.sink_topic)
     assert_invariants(results, truth.on_time, versions, [cut], truth.closed_until)
 
     # No password shows: not in the log (Spark's included), the status or the results.

@@ -29,8 +29,8 @@ def test_a_redis_acl_user_works_and_its_password_never_shows(
     try:
         address = settings.redis_dsn.split("://", 1)[1]
         secured = settings.model_copy(update={"redis_url": SecretStr(f"redis://{user}:{password}@{address}")})
-        assert redis_client(secured).acl_whoami() == user
-        assert Client(secured).status().current is None
+        assert redis_client(secured.control).acl_whoami() == user
+        assert Client(secured.control, secured.kafka, secured.pipeline).status().current is None
         assert password not in repr(secured)
         status = run_cli(secured, "status", "--json")
         stack = run_cli(secured, "stack", "status")

@@ -72,7 +72,7 @@ def test_a_shadow_is_diffed_aborted_or_promoted_and_every_invariant_holds(
         assert identical.columns_compared == ("n", "total")
         assert client.status().swaps[-1].diff == identical
         client.abort(first)
-        assert not [r for r in read_results(settings) if r.query_id == "count_again"]
+        assert not [r for r in read_results(settings.kafka, settings.sink_topic) if r.query_id == "count_again"]
 
         # A changed aggregate: its differences, then its promotion.
         second = shadow_running(client, doubled)
@@ -108,4 +108,6 @@ def test_a_shadow_is_diffed_aborted_or_promoted_and_every_invariant_holds(
     # Windows up to W are the current version's, after it the promoted shadow's: exactly once each.
     cuts = [truth.cut(done)]
     versions = [Version("count_per_key", 10_000, count_and_total), Version("count_doubled", 10_000, doubled_count)]
-    assert_invariants(read_results(settings), truth.on_time, versions, cuts, truth.closed_until)
+    assert_invariants(
+        read_results(settings.kafka, settings.sink_topic), truth.on_time, versions, cuts, truth.closed_until
+    )

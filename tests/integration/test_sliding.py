@@ -52,7 +52,7 @@ def test_tumbling_to_sliding_and_back_to_tumbling_under_load_keep_every_invarian
     settings = namespace_settings(
         tmp_path / "home", services.bootstrap, services.redis_url, "t", keep_retired_topics=True
     )
-    client = Client(settings, redis_client(settings))
+    client = Client(settings.control, settings.kafka, settings.pipeline, redis_client(settings.control))
     # Event time runs 10x faster than the clock; events are up to 800 ms out of order (lateness 2 s).
     spec = GeneratorSpec(rate=300, keys=4, seed=31, disorder_ms=800, time_scale=10, start_ts=T0)
     with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as load:
@@ -95,7 +95,7 @@ def test_tumbling_to_sliding_and_back_to_tumbling_under_load_keep_every_invarian
     assert min(final_rows) >= w2
     assert max(sliding_rows) < w2
 
-    results = read_results(settings)
+    results = read_results(settings.kafka, settings.sink_topic)
     by_query = {r.query_id for r in results}
     assert by_query == {"count_per_key", sliding, final}
     # The sliding version answers windows ending after W1 only, 30 s long, every 10 s.

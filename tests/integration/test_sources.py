@@ -133,7 +133,7 @@ def run_orders(
 ) -> Run:
     """Serve ORDERS_PER_COUNTRY under a load of orders, send `malformed` records, swap to
     ORDERS_PER_CHANNEL (10 s to 20 s windows) under load, then stop the load and settle."""
-    client = Client(settings, redis_client(settings))
+    client = Client(settings.control, settings.kafka, settings.pipeline, redis_client(settings.control))
     # 300 orders/s over 50 customers, event time 10x the clock, up to 800 ms out of order (lateness 2 s).
     spec = GeneratorSpec(
         rate=300,
@@ -215,7 +215,7 @@ def test_nested_json_orders_swap_to_a_query_reading_an_added_field_keeps_every_i
     offsets = {e.fields["created_at"][-6:] if e.fields["created_at"][-1] != "Z" else "Z" for e in run.truth.events}
     assert offsets == {"Z", "+01:00", "-05:00", "+05:30"}
     assert {e.partition for e in run.truth.events} == {0, 1, 2, 3}
-    results = read_results(run.settings)
+    results = read_results(run.settings.kafka, run.settings.sink_topic)
     assert_invariants(results, run.truth.on_time, [PER_COUNTRY, PER_CHANNEL], [cut], run.truth.closed_until)
     # One key per result: the window start and the group column, nothing else.
     for r in results:
@@ -275,7 +275,7 @@ def test_confluent_avro_orders_swap_under_load_keeps_every_invariant(avro_orders
     run = avro_orders
     cut = run.truth.cut(run.swap)
     assert cut % 20_000 == 0
-    results = read_results(run.settings)
+    results = read_results(run.settings.kafka, run.settings.sink_topic)
     assert_invariants(results, run.truth.on_time, [PER_COUNTRY, PER_CHANNEL], [cut], run.truth.closed_until)
 
 
@@ -322,7 +322,7 @@ def test_epoch_seconds_in_a_nested_field_are_the_event_time(
         event_time="meta.t",
         event_time_unit="s",
     )
-    client = Client(settings, redis_client(settings))
+    client = Client(settings.control, settings.kafka, settings.pipeline, redis_client(settings.control))
     query = count_query(tmp_path, "k", "v")
     t0_s = T0 // 1000
     # 20 records per second of event time over 60 s, in whole seconds, keys k0..k4.
@@ -335,7 +335,9 @@ def test_epoch_seconds_in_a_nested_field_are_the_event_time(
         truth = settle(settings, lambda: committed_watermark(client, query.stem), decode=epoch_seconds_event)
     version = Version(query.stem, 10_000, n_and_total, group_column="k")
     assert truth.closed_until >= T0 + 50_000
-    assert_invariants(read_results(settings), truth.on_time, [version], [], truth.closed_until)
+    assert_invariants(
+        read_results(settings.kafka, settings.sink_topic), truth.on_time, [version], [], truth.closed_until
+    )
 
 
 def epoch_seconds_event(record: Any) -> SourceEvent | None:
@@ -361,7 +363,7 @@ def test_the_kafka_records_own_timestamp_is_the_event_time(
         source_schema="key STRING NOT NULL, value DOUBLE NOT NULL",
         event_time="kafka",
     )
-    client = Client(settings, redis_client(settings))
+    client = Client(settings.control, settings.kafka, settings.pipeline, redis_client(settings.control))
     query = count_query(tmp_path, "key", "value")
     producer = KafkaProducer(**settings.kafka_python_config(), acks="all")
     with executor_running(settings, spark, query):
@@ -375,7 +377,9 @@ def test_the_kafka_records_own_timestamp_is_the_event_time(
         truth = settle(settings, lambda: committed_watermark(client, query.stem), decode=kafka_time_event)
     version = Version(query.stem, 10_000, n_and_total)
     assert truth.closed_until >= T0 + 50_000
-    assert_invariants(read_results(settings), truth.on_time, [version], [], truth.closed_until)
+    assert_invariants(
+        read_results(settings.kafka, settings.sink_topic), truth.on_time, [version], [], truth.closed_until
+    )
 
 
 def kafka_time_event(record: Any) -> SourceEvent | None:

@@ -69,7 +69,7 @@ def test_a_new_query_slow_to_start_buffers_its_rows_in_its_topic(
         # While the new query stalls, its rows wait in its topic and it has answered nothing.
         buffered = wait_until(lambda: len(read_topic(settings, topic)) >= 500, 60, "rows buffered in the new topic")
         assert buffered
-        assert not [r for r in read_results(settings) if r.query_id == "slow_start"]
+        assert not [r for r in read_results(settings.kafka, settings.sink_topic) if r.query_id == "slow_start"]
         done = client.wait_until_done(record.id, 180)
         wait_until(
             lambda: committed_watermark(client, "slow_start") >= int(done.cut_window_end or 0) + 30_000,
@@ -81,7 +81,13 @@ def test_a_new_query_slow_to_start_buffers_its_rows_in_its_topic(
 
     assert tally(tmp_path, "slow_start", "stalled") >= 1  # once per task of its first batch with live rows
     versions = [Version("count_per_key", 10_000, count_and_total), Version("slow_start", 10_000, count_and_total)]
-    assert_invariants(read_results(settings), truth.on_time, versions, [truth.cut(done)], truth.closed_until)
+    assert_invariants(
+        read_results(settings.kafka, settings.sink_topic),
+        truth.on_time,
+        versions,
+        [truth.cut(done)],
+        truth.closed_until,
+    )
 
 
 def test_a_swap_from_10s_to_30s_windows_cuts_on_a_30s_boundary(
@@ -100,7 +106,7 @@ def test_a_swap_from_10s_to_30s_windows_cuts_on_a_30s_boundary(
     assert truth.cut(client.journal.get(swap.id)) == cut
     assert cut % 30_000 == 0
     assert cut >= before
-    results = read_results(settings)
+    results = read_results(settings.kafka, settings.sink_topic)
     old = {r.window_end - r.window_start for r in results if r.query_id == "count_per_key"}
     new = {r.window_end - r.window_start for r in results if r.query_id == "max_per_key_30s"}
     assert (old, new) == ({10_000}, {30_000})
@@ -118,17 +124,17 @@ def test_late_events_after_a_cut_go_to_the_late_topic_and_are_counted(
         wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
         swap = swap_and_wait(client, MAX_30S)
         cut = cut_of(swap)
-        results_before = {r.key: r.row for r in read_results(settings)}
+        results_before = {r.key: r.row for r in read_results(settings.kafka, settings.sink_topic)}
         # Twenty events for windows the old query already answered, long after the cut.
         late_spec = GeneratorSpec(rate=1000, keys=2, seed=99, count=20, start_ts=cut - 25_000)
-        produce(settings, late_spec, settings.source_topic)
+        produce(settings.kafka, late_spec, settings.source_topic)
         wait_until(lambda: client.status().late_records >= 20, 60, "late records to be counted")
         assert client.status().late_records == 20
     late = read_topic(settings, settings.names.late_topic)
     assert len(late) == 20
     assert all(int(json.loads(r.value)["ts"]) < cut for r in late)
     # The old version's answers are untouched: nothing re-opened a window at or before W.
-    after = {r.key: r.row for r in read_results(settings) if r.window_end <= cut}
+    after = {r.key: r.row for r in read_results(settings.kafka, settings.sink_topic) if r.window_end <= cut}
     assert after == {k: v for k, v in results_before.items() if v["window_end"] <= cut}
     assert swap.state is SwapPhase.COMPLETED
 

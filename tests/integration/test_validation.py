@@ -45,7 +45,9 @@ WINDOW = "SELECT window.start AS window_start, window.end AS window_end"
 @pytest.fixture(scope="module")
 def events(spark: SparkSession, services: Services) -> DataFrame:
     settings = Settings(jars_dir=JARS, kafka_bootstrap=services.bootstrap)
-    return events_stream(spark, settings, settings.names.graph_topic("validation"), DEMO_SOURCE)
+    return events_stream(
+        spark, settings.pipeline, settings.kafka, settings.names.graph_topic("validation"), DEMO_SOURCE
+    )
 
 
 def validate(spark: SparkSession, events: DataFrame, source: QuerySource) -> QueryShape:
@@ -223,7 +225,7 @@ def test_every_valid_query_runs_on_a_stream(spark: SparkSession, services: Servi
     a watermark marker that closes every window, and fails none of its batches."""
     settings = Settings(home=tmp_path, jars_dir=JARS, kafka_bootstrap=services.bootstrap)
     topic = f"validation-run-{uuid.uuid4().hex[:8]}"
-    topics = Topics(settings)
+    topics = Topics(settings.kafka, settings.pipeline, settings.timeouts)
     topics.ensure(topic, 1)
     topics.close()
     producer = KafkaProducer(**settings.kafka_python_config(), acks="all")
@@ -235,7 +237,7 @@ def test_every_valid_query_runs_on_a_stream(spark: SparkSession, services: Servi
     producer.send(topic, value=b"", headers=[(ROUTE_HEADER, marker_route(marker_event_time(T0 + 3 * 3_600_000)))])
     producer.flush(timeout=30)
     producer.close(timeout=10)
-    stream = events_stream(spark, settings, topic, DEMO_SOURCE)
+    stream = events_stream(spark, settings.pipeline, settings.kafka, topic, DEMO_SOURCE)
     queries = [
         apply_query(stream, param.values[0])  # type: ignore[arg-type]  # pytest.param values are untyped
         .writeStream.format("noop")
@@ -300,7 +302,7 @@ def test_every_example_validates_on_each_engine_that_runs_it(
     if example.streams:
         settings = Settings(jars_dir=JARS, kafka_bootstrap=services.bootstrap)
         topic = settings.names.graph_topic("validation")
-        engines[GraphEngine.STATEFUL] = events_stream(spark, settings, topic, reads)
+        engines[GraphEngine.STATEFUL] = events_stream(spark, settings.pipeline, settings.kafka, topic, reads)
     source = load_query_source(EXAMPLES / example.file)
     for engine, events in engines.items():
         shape = validate(spark, events, source)
@@ -644,7 +646,9 @@ def test_a_query_that_reads_outside_its_input_or_reflects_is_refused(
     text = source.text.replace("{secret}", str(secret)).replace("{path}", str(secret))
     session = isolated_session(spark, {})
     settings = Settings(jars_dir=JARS, kafka_bootstrap=services.bootstrap)
-    stream = events_stream(session, settings, settings.names.graph_topic("validation"), DEMO_SOURCE)
+    stream = events_stream(
+        session, settings.pipeline, settings.kafka, settings.names.graph_topic("validation"), DEMO_SOURCE
+    )
     with pytest.raises(QueryRejected) as refused:
         validate_query(session, source.model_copy(update={"text": text}), stream, RUNNING_WINDOW_MS)
     assert refused.value.reason_code == code, str(refused.value)
@@ -663,7 +667,9 @@ def test_a_query_reads_the_static_tables_the_operator_lists_and_sees_nothing_of_
     tables = {"regions": StaticTable(path=str(keys))}
     session = isolated_session(spark, tables)
     settings = Settings(jars_dir=JARS, kafka_bootstrap=services.bootstrap)
-    stream = events_stream(session, settings, settings.names.graph_topic("validation"), DEMO_SOURCE)
+    stream = events_stream(
+        session, settings.pipeline, settings.kafka, settings.names.graph_topic("validation"), DEMO_SOURCE
+    )
     lookup = sql(f"{WINDOW}, r.region, count(*) AS n FROM events JOIN regions r USING (key) {GROUPED}, r.region")
     shape = validate_query(session, lookup, stream, RUNNING_WINDOW_MS, tuple(tables))
     assert shape.group_columns == ("region",)

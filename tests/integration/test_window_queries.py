@@ -58,7 +58,7 @@ def test_a_distinct_count_a_percentile_and_a_top_n_swap_in_under_load_on_the_clo
     under load with every graph on the closing engine: every cut follows the rule, and every closed
     window has exactly its owner's results, each valued as the source says."""
     closing = changed(settings, graph_engine="closing")
-    client = Client(closing, control)
+    client = Client(closing.control, closing.kafka, closing.pipeline, control)
     # 100 keys at 300 events a second, event time 10x faster than the clock: about 300 events per
     # 10 s window, from about 95 of the keys, 3 events each. So a window's distinct keys vary, a
     # percentile interpolates, and a ranking leaves most keys out. Up to 800 ms out of order
@@ -85,7 +85,7 @@ def test_a_distinct_count_a_percentile_and_a_top_n_swap_in_under_load_on_the_clo
     assert cuts == sorted(cuts)
     assert all(cut % 10_000 == 0 for cut in cuts)
 
-    results = read_results(closing)
+    results = read_results(closing.kafka, closing.sink_topic)
     assert_invariants(results, truth.on_time, VERSIONS, cuts, truth.closed_until)
     # Not vacuous: each version answered windows of its own.
     answered = {v.query_id: {r.window_end for r in results if r.query_id == v.query_id} for v in VERSIONS}

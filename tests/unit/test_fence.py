@@ -77,19 +77,19 @@ def test_a_namespace_with_checkpoints_but_no_control_state_is_refused(tmp_path: 
     settings.names.service_checkpoint.mkdir(parents=True)
     client = fakeredis.FakeRedis()
     with pytest.raises(ControlStateLost, match="--reset-namespace"):
-        claim(client, settings, NoTopics(), "host:1:a", DEMO_SOURCE)  # type: ignore[arg-type]
+        claim(client, settings.control, NoTopics(), "host:1:a", DEMO_SOURCE)  # type: ignore[arg-type]
     assert not client.exists(KEYS.namespace_record)
     with pytest.raises(LeaseLost):  # only under the namespace's lease
-        reset(client, settings, NoTopics(), "host:1:a")  # type: ignore[arg-type]
+        reset(client, settings.control, NoTopics(), "host:1:a")  # type: ignore[arg-type]
     assert settings.names.service_checkpoint.exists()
     client.set(KEYS.lease, "host:1:a")
     client.set(KEYS.current, "{}")
-    assert reset(client, settings, NoTopics(), "host:1:a") == [  # type: ignore[arg-type]
+    assert reset(client, settings.control, NoTopics(), "host:1:a") == [  # type: ignore[arg-type]
         "1 Redis key(s)",
         f"checkpoints in {settings.names.checkpoint_root}",
     ]
     assert client.get(KEYS.lease) == b"host:1:a"  # kept: nobody starts before the reset lets go
-    claim(client, settings, NoTopics(), "host:1:a", DEMO_SOURCE)  # type: ignore[arg-type]
+    claim(client, settings.control, NoTopics(), "host:1:a", DEMO_SOURCE)  # type: ignore[arg-type]
     record = NamespaceRecord.model_validate_json(client.get(KEYS.namespace_record) or b"")
     assert (record.created_by, record.source) == ("host:1:a", DEMO_SOURCE)
 
@@ -99,7 +99,7 @@ def test_a_namespace_whose_record_is_gone_but_not_its_journal_is_refused(tmp_pat
     client = fakeredis.FakeRedis()
     client.set(KEYS.current, '{"query_id": "a", "started_at": 1}')
     with pytest.raises(ControlStateLost, match=r"not its record.*--reset-namespace"):
-        claim(client, settings, NoTopics(), "host:1:a", DEMO_SOURCE)  # type: ignore[arg-type]
+        claim(client, settings.control, NoTopics(), "host:1:a", DEMO_SOURCE)  # type: ignore[arg-type]
     assert not client.exists(KEYS.namespace_record)
 
 

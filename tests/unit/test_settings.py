@@ -1,10 +1,11 @@
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from hotswap.contract.errors import ConfigError
 from hotswap.contract.models import QueryKind, QuerySource
-from hotswap.contract.settings import Settings, load_settings
+from hotswap.contract.settings import SLICES, Settings, load_settings
 from hotswap.execution_graph.confinement import check_kind, check_size
 from hotswap.execution_graph.errors import QueryRejected
 
@@ -176,3 +177,31 @@ def test_a_python_query_is_refused_where_only_sql_is_allowed() -> None:
     with pytest.raises(QueryRejected) as too_large:
         check_size(source.model_copy(update={"text": "x" * (256 * 1024 + 1)}))
     assert too_large.value.reason_code == "query_too_large"
+
+
+def test_every_setting_is_in_exactly_one_slice() -> None:
+    owners: dict[str, list[str]] = {}
+    for slice_ in SLICES:
+        for name in slice_.model_fields:
+            if name in Settings.model_fields:
+                owners.setdefault(name, []).append(slice_.__name__)
+    assert set(owners) == set(Settings.model_fields), "a setting no slice carries"
+    assert {name: where for name, where in owners.items() if len(where) > 1} == {}
+
+
+def test_slices_carry_the_settings_and_what_derives_from_them() -> None:
+    settings = Settings(namespace="prod", kafka_brokers=2, kafka_port=49092, kafka_controller_port=49192)
+    assert settings.pipeline.window == settings.window
+    assert settings.pipeline.names == settings.names
+    assert settings.control.names.namespace == "prod"
+    assert settings.kafka.bootstrap == "127.0.0.1:49092,127.0.0.1:49093"
+    assert settings.spark.app_name == "hotswap-prod"
+    assert settings.spark.jar_cache == settings.stack.jar_cache
+    assert settings.control.redis_dsn.get_secret_value() == settings.redis_dsn
+    with pytest.raises(ValidationError):
+        settings.pipeline.__class__(**{**settings.pipeline.model_dump(), "extra": 1})
+    secret = Settings(redis_url="redis://admin:hunter2@redis:6379/0", kafka_sasl_password="s3cr3t", metrics_token="tok")
+    shown = " ".join(repr(part) for part in (secret.stack, secret.control, secret.kafka, secret.operator))
+    assert "hunter2" not in shown
+    assert "s3cr3t" not in shown
+    assert "tok'" not in shown

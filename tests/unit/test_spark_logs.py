@@ -29,6 +29,6 @@ def test_spark_failure_lines_go_to_a_file_and_the_heartbeat_npe_off_the_console(
 
 def test_the_driver_reads_that_configuration_from_home(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path)
-    options = session_conf(settings)["spark.driver.extraJavaOptions"]
-    assert f"-Dlog4j2.configurationFile={log4j2_file(settings)}" in options
-    assert spark_log_file(settings) == (tmp_path / "logs" / "spark.log").resolve()
+    options = session_conf(settings.spark)["spark.driver.extraJavaOptions"]
+    assert f"-Dlog4j2.configurationFile={log4j2_file(settings.spark)}" in options
+    assert spark_log_file(settings.spark) == (tmp_path / "logs" / "spark.log").resolve()

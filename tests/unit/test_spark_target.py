@@ -12,7 +12,7 @@ import typer
 from typer.testing import CliRunner
 
 from hotswap.contract.errors import ConfigError
-from hotswap.contract.settings import Settings, load_settings
+from hotswap.contract.settings import Settings, SparkSettings, load_settings
 from hotswap.executor.control import spark_session
 from hotswap.executor.control.spark_session import check_spark_target, class_archive, is_local_master, session_conf
 from hotswap.executor.errors import SparkConnectUnsupported
@@ -70,21 +70,21 @@ def test_every_way_into_spark_connect_is_refused(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(SparkConnectUnsupported, match="Spark Connect is not supported"):
-        check_spark_target(settings)
+        check_spark_target(settings.spark)
 
 
 def test_classic_masters_are_accepted() -> None:
     for master in ("local[2]", "local[*]", "spark://127.0.0.1:7077", "k8s://https://10.0.0.1:6443", "yarn"):
-        check_spark_target(Settings(spark_master=master, spark_conf={"spark.api.mode": "classic"}))
+        check_spark_target(Settings(spark_master=master, spark_conf={"spark.api.mode": "classic"}).spark)
 
 
 def test_run_passes_spark_master_to_the_session(monkeypatch: pytest.MonkeyPatch, query: Path) -> None:
     server = fakeredis.FakeServer()
     monkeypatch.setattr(client, "redis_client", lambda *args, **kwargs: fakeredis.FakeRedis(server=server))
     monkeypatch.setenv("HOTSWAP_REDIS_MAY_LOSE_WRITES", "true")  # fakeredis has no CONFIG GET to read
-    seen: list[Settings] = []
+    seen: list[SparkSettings] = []
 
-    def fake_session(settings: Settings) -> NoReturn:
+    def fake_session(settings: SparkSettings) -> NoReturn:
         seen.append(settings)
         raise typer.Exit(3)
 
@@ -100,22 +100,22 @@ def test_the_driver_binds_to_loopback_only_in_local_mode() -> None:
     for master in ("local", "local[2]", "local[*]", "local-cluster[2,1,1024]"):
         assert is_local_master(master)
     assert not is_local_master("spark://10.0.0.5:7077")
-    local = session_conf(Settings(spark_master="local[*]"))
-    cluster = session_conf(Settings(spark_master="spark://10.0.0.5:7077"))
+    local = session_conf(Settings(spark_master="local[*]").spark)
+    cluster = session_conf(Settings(spark_master="spark://10.0.0.5:7077").spark)
     assert local["spark.driver.host"] == "127.0.0.1"
     assert "spark.driver.host" not in cluster
     assert "spark.driver.bindAddress" not in cluster
     # An operator's own conf still wins, on a cluster as locally.
-    pinned = session_conf(Settings(spark_master="spark://h:7077", spark_conf={"spark.driver.host": "10.0.0.9"}))
+    pinned = session_conf(Settings(spark_master="spark://h:7077", spark_conf={"spark.driver.host": "10.0.0.9"}).spark)
     assert pinned["spark.driver.host"] == "10.0.0.9"
 
 
 def test_a_driver_maps_in_the_class_data_archive_only_when_stack_fetch_dumped_one(tmp_path: Path) -> None:
     settings = Settings(jars_dir=tmp_path)
-    assert "SharedArchiveFile" not in session_conf(settings)["spark.driver.extraJavaOptions"]
+    assert "SharedArchiveFile" not in session_conf(settings.spark)["spark.driver.extraJavaOptions"]
     archive = class_archive(settings.jar_cache)
     assert archive.parent == tmp_path
     archive.write_bytes(b"classes")
-    options = session_conf(settings)["spark.driver.extraJavaOptions"]
+    options = session_conf(settings.spark)["spark.driver.extraJavaOptions"]
     assert f"-XX:SharedArchiveFile={archive}" in options
     assert "-XX:+UseSerialGC" in options  # the archive is for the driver's own GC

@@ -51,7 +51,7 @@ def settings(tmp_path: Path) -> Settings:
 
 # -- the broker's config ---------------------------------------------------------------------------
 def test_broker_config_binds_the_configured_ports_and_keeps_its_data_under_home(settings: Settings) -> None:
-    text = KafkaBroker(settings, settings.home).server_properties()
+    text = KafkaBroker(settings.stack, settings.kafka, settings.home).server_properties()
     pairs = [line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#")]
     props = dict(pairs)
     assert len(props) == len(pairs), "a key is set twice"
@@ -72,7 +72,7 @@ def _props(broker: KafkaBroker) -> dict[str, str]:
 
 def test_each_node_of_a_cluster_has_its_own_ports_and_data_and_lists_every_voter(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path / "home", kafka_brokers=3, kafka_port=49092, kafka_controller_port=49192)
-    stack = EmbeddedStack(settings)
+    stack = EmbeddedStack(settings.stack, settings.kafka)
     home = settings.home.resolve()
     assert [broker.name for broker in stack.services] == ["kafka-1", "kafka-2", "kafka-3", "redis"]
     props = [_props(broker) for broker in stack.brokers]
@@ -92,13 +92,13 @@ def test_each_node_of_a_cluster_has_its_own_ports_and_data_and_lists_every_voter
 
 def test_the_nodes_of_a_cluster_share_one_cluster_id_and_keep_their_size(tmp_path: Path) -> None:
     three = Settings(home=tmp_path, kafka_brokers=3, kafka_controller_port=9192)
-    first = cluster_of(three, tmp_path)
-    assert cluster_of(three, tmp_path) == first  # a node formatted later joins the same cluster
+    first = cluster_of(three.stack, tmp_path)
+    assert cluster_of(three.stack, tmp_path) == first  # a node formatted later joins the same cluster
     assert not first.startswith("-")
     with pytest.raises(StackError, match="has 3 brokers, not 5; set HOTSWAP_KAFKA_BROKERS=3"):
-        cluster_of(Settings(home=tmp_path, kafka_brokers=5, kafka_controller_port=9192), tmp_path)
+        cluster_of(Settings(home=tmp_path, kafka_brokers=5, kafka_controller_port=9192).stack, tmp_path)
     # A single broker is formatted alone, once: its id is never shared.
-    assert cluster_of(Settings(home=tmp_path), tmp_path) != first
+    assert cluster_of(Settings(home=tmp_path).stack, tmp_path) != first
 
 
 def test_the_state_file_remembers_each_node_of_a_cluster(tmp_path: Path) -> None:
@@ -126,7 +126,7 @@ def _fill(directory: Path, artifacts: tuple[str, ...], complete: bool) -> None:
 def test_spark_uses_the_fetched_connector_jars_when_the_jars_dir_holds_them(settings: Settings) -> None:
     directory = _connector_dir(settings)
     _fill(directory, CONNECTOR_ARTIFACTS, complete=True)
-    conf = connector_conf(settings)
+    conf = connector_conf(settings.spark)
     assert conf == {"spark.jars": ",".join(str(directory / f"{a}-1.2.3.jar") for a in CONNECTOR_ARTIFACTS)}
 
 
@@ -143,7 +143,7 @@ def test_spark_resolves_the_connector_itself_without_complete_local_jars(
     settings: Settings, artifacts: tuple[str, ...], complete: bool
 ) -> None:
     _fill(_connector_dir(settings), artifacts, complete)
-    conf = connector_conf(settings)
+    conf = connector_conf(settings.spark)
     version = metadata.version("pyspark")
     assert conf["spark.jars.packages"].split(",") == [
         f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}",

@@ -86,7 +86,10 @@ def server() -> fakeredis.FakeServer:
 
 
 def status_of(server: fakeredis.FakeServer, namespace: str = "blue") -> Status:
-    return client.Client(Settings(namespace=namespace), fakeredis.FakeRedis(server=server)).status()
+    settings = Settings(namespace=namespace)
+    return client.Client(
+        settings.control, settings.kafka, settings.pipeline, fakeredis.FakeRedis(server=server)
+    ).status()
 
 
 def test_status_is_a_typed_document(server: fakeredis.FakeServer) -> None:

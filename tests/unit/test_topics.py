@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kafka.errors import InvalidReplicationFactorError
 
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import KafkaSettings, PipelineSettings, Settings, Timeouts
 from hotswap.executor.control import topics as topics_module
 from hotswap.executor.control.topics import Topics
 from hotswap.executor.control.transient import TransientErrorsPersisted
@@ -46,8 +46,12 @@ def settings(tmp_path: Path, **values: Any) -> Settings:
     return Settings(home=tmp_path, kafka_bootstrap="127.0.0.1:1", retry_deadline="1s", **values)
 
 
+def slices(settings: Settings) -> tuple[KafkaSettings, PipelineSettings, Timeouts]:
+    return settings.kafka, settings.pipeline, settings.timeouts
+
+
 def test_hotswaps_topics_get_the_configured_replicas_and_min_insync_replicas(admin: FakeAdmin, tmp_path: Path) -> None:
-    topics = Topics(settings(tmp_path, topic_replication_factor=3, topic_min_insync_replicas=2))
+    topics = Topics(*slices(settings(tmp_path, topic_replication_factor=3, topic_min_insync_replicas=2)))
     topics.ensure("hotswap.ns.late", 2)
     topics.ensure("results", 2, {"cleanup.policy": "compact"})
     assert [(t.name, t.num_partitions, t.replication_factor) for t in admin.created] == [
@@ -61,14 +65,14 @@ def test_hotswaps_topics_get_the_configured_replicas_and_min_insync_replicas(adm
 
 
 def test_without_a_min_insync_replicas_the_brokers_default_applies(admin: FakeAdmin, tmp_path: Path) -> None:
-    Topics(settings(tmp_path)).ensure("hotswap.ns.graph.q", 1)
+    Topics(*slices(settings(tmp_path))).ensure("hotswap.ns.graph.q", 1)
     assert [(t.replication_factor, t.topic_configs) for t in admin.created] == [(1, {})]
 
 
 def test_too_few_live_brokers_is_retried_then_named_with_what_to_do(admin: FakeAdmin, tmp_path: Path) -> None:
     admin.brokers = 2  # one of three is down, and stays down past the retry deadline
     with pytest.raises(TransientErrorsPersisted) as gave_up:
-        Topics(settings(tmp_path, topic_replication_factor=3)).ensure("hotswap.ns.graph.q", 1)
+        Topics(*slices(settings(tmp_path, topic_replication_factor=3))).ensure("hotswap.ns.graph.q", 1)
     assert admin.attempts > 1
     message = str(gave_up.value)
     assert "topic hotswap.ns.graph.q needs 3 replicas, more than the brokers Kafka has alive" in message

@@ -35,7 +35,7 @@ from hotswap.contract.models import (
 from hotswap.contract.names import Keys
 from hotswap.contract.plans import DryRunRequest
 from hotswap.contract.reasons import ReasonCode
-from hotswap.contract.settings import Settings
+from hotswap.contract.settings import KafkaSettings, Settings
 from hotswap.contract.source import SourceSpec
 from hotswap.contract.windows import Windowing
 from hotswap.executor.control import dry_run
@@ -53,6 +53,7 @@ from hotswap.executor.operator.web import MonitorServer
 from tests.conftest import COMPLETED_SWAP_PHASES, DEMO_SOURCE
 
 NS = "blue"
+SETTINGS = Settings(namespace=NS)
 PHASES = COMPLETED_SWAP_PHASES
 T = 1_700_000_000_000  # wall clock of the first phase
 
@@ -160,7 +161,7 @@ def server() -> fakeredis.FakeServer:
 
 @pytest.fixture
 def api(server: fakeredis.FakeServer) -> Client:
-    return Client(Settings(namespace=NS), fakeredis.FakeRedis(server=server))
+    return Client(SETTINGS.control, SETTINGS.kafka, SETTINGS.pipeline, fakeredis.FakeRedis(server=server))
 
 
 def snapshot(api: Client, at_ms: int = T + 70_000) -> Snapshot:
@@ -221,7 +222,11 @@ def test_the_live_view_shows_the_swap_in_progress_with_progress_bars(api: Client
     before = snapshot(api)
     memory = WatchMemory()
     out = Console(record=True, width=160, color_system=None)
-    out.print(render_watch(snapshot(api), Rates(routed={"c": 50.0}, results=4.0), memory, api.settings))
+    out.print(
+        render_watch(
+            snapshot(api), Rates(routed={"c": 50.0}, results=4.0), memory, SETTINGS.pipeline, SETTINGS.timeouts
+        )
+    )
     text = out.export_text()
     for phase in PHASES[:6]:
         assert phase in text
@@ -264,7 +269,11 @@ def test_the_live_view_shows_the_deploy_against_its_timeout(server: fakeredis.Fa
     r.set(Keys(NS).swap("s2"), deploying.model_dump_json())
     out = Console(record=True, width=160, color_system=None)
     # In `deploying` since T + 64 s: the deploy is measured from there.
-    out.print(render_watch(snapshot(api, at_ms=T + 64_000 + 30_000), Rates(), WatchMemory(), api.settings))
+    out.print(
+        render_watch(
+            snapshot(api, at_ms=T + 64_000 + 30_000), Rates(), WatchMemory(), SETTINGS.pipeline, SETTINGS.timeouts
+        )
+    )
     text = out.export_text()
     assert "deploy" in text
     assert "30.0 s of 120 s allowed" in text
@@ -297,7 +306,7 @@ def test_a_stranded_swap_shows_in_every_view_with_its_reason_code_and_the_way_ou
     stranded(server)
     snap = snapshot(api)
     out = Console(record=True, width=200, color_system=None)
-    out.print(render_watch(snap, Rates(), WatchMemory(), api.settings))
+    out.print(render_watch(snap, Rates(), WatchMemory(), SETTINGS.pipeline, SETTINGS.timeouts))
     text = out.export_text()
     assert "swap s2 in progress: b -> c" in text  # nothing runs, but it waits for an operator
     assert "stranded" in text
@@ -433,7 +442,7 @@ def test_micro_batch_durations_are_observed_once_per_batch_and_per_query() -> No
 @pytest.fixture
 def endpoint(api: Client) -> Iterator[str]:
     settings = Settings(namespace=NS, metrics_port=0)
-    monitor = MonitorServer(settings, api, lease=Lease()).start()
+    monitor = MonitorServer(settings.operator, settings.names, api, lease=Lease()).start()
     try:
         yield monitor.url
     finally:
@@ -496,7 +505,7 @@ def test_the_endpoint_answers_only_to_its_own_address(endpoint: str) -> None:
 
 def test_beyond_loopback_the_dashboard_wants_its_token_and_metrics_stay_open(api: Client) -> None:
     settings = Settings(namespace=NS, metrics_port=0, metrics_host="0.0.0.0", metrics_token="t0ken-for-tests")  # noqa: S104
-    monitor = MonitorServer(settings, api, lease=Lease()).start()
+    monitor = MonitorServer(settings.operator, settings.names, api, lease=Lease()).start()
     try:
         port = monitor.port
         assert get(port, "/")[0] == 401
@@ -511,7 +520,8 @@ def test_beyond_loopback_the_dashboard_wants_its_token_and_metrics_stay_open(api
         assert get(port, "/fragment", Cookie=cookie)[0] == 200
     finally:
         monitor.stop()
-    generated = MonitorServer(Settings(namespace=NS, metrics_port=0, metrics_host="0.0.0.0"), api).start()  # noqa: S104
+    anywhere = Settings(namespace=NS, metrics_port=0, metrics_host="0.0.0.0")  # noqa: S104
+    generated = MonitorServer(anywhere.operator, anywhere.names, api).start()
     try:
         assert generated.gate.token is not None
         assert len(generated.gate.token) >= 24
@@ -556,10 +566,18 @@ def test_a_dry_run_plans_the_cut_and_changes_nothing(
     r = fakeredis.FakeRedis(server=server)
     before = {key: r.dump(key) for key in r.keys("*")}
     graphs = Validating(lambda source, running, reads: Shape())
-    executor = DryRuns(Settings(namespace=NS, lateness="2s"), None, r, graphs)  # type: ignore[arg-type]
+    settings = Settings(namespace=NS, lateness="2s")
+    executor = DryRuns(
+        None,  # type: ignore[arg-type]
+        r,
+        graphs,  # type: ignore[arg-type]
+        pipeline=settings.pipeline,
+        kafka=settings.kafka,
+        timeouts=settings.timeouts,
+    )
     query = tmp_path / "max_30s.sql"
     query.write_text("SELECT 1")
-    api = Client(Settings(namespace=NS), fakeredis.FakeRedis(server=server))
+    api = Client(SETTINGS.control, SETTINGS.kafka, SETTINGS.pipeline, fakeredis.FakeRedis(server=server))
     answered = threading.Event()
 
     def executor_loop() -> None:
@@ -590,11 +608,14 @@ def test_a_rejected_dry_run_says_why(server: fakeredis.FakeServer, monkeypatch: 
         raise QueryRejected("query 'x' has no window(event_time, ...) in its plan; is it windowed?")
 
     answer_with(monkeypatch)
+    settings = Settings(namespace=NS)
     plan = DryRuns(
-        Settings(namespace=NS),
         None,  # type: ignore[arg-type]
         fakeredis.FakeRedis(server=server),
         Validating(reject),  # type: ignore[arg-type]
+        pipeline=settings.pipeline,
+        kafka=settings.kafka,
+        timeouts=settings.timeouts,
     ).plan(DryRunRequest(id="r1", source=source("x")))
     assert not plan.valid
     assert plan.reason == "query 'x' has no window(event_time, ...) in its plan; is it windowed?"
@@ -656,7 +677,7 @@ def test_the_watch_redraws_until_ctrl_c_and_ends_cleanly(
             return self.is_set()
 
     class NoKafka:
-        def __init__(self, settings: Settings) -> None: ...
+        def __init__(self, kafka: KafkaSettings, sink_topic: str) -> None: ...
 
         def read(self, client: Client, graphs: Any) -> Any:
             raise OSError("no broker in a unit test")
@@ -665,7 +686,9 @@ def test_the_watch_redraws_until_ctrl_c_and_ends_cleanly(
 
     monkeypatch.setattr(live, "KafkaPositions", NoKafka)
     out = Console(record=True, width=160, color_system=None, force_terminal=terminal)
-    live.watch(api, api.settings, out, interval_s=0.5, stop=CtrlC())  # returns: Ctrl-C is the way out
+    live.watch(
+        api, SETTINGS.pipeline, SETTINGS.kafka, SETTINGS.timeouts, out, interval_s=0.5, stop=CtrlC()
+    )  # returns: Ctrl-C is the way out
     text = out.export_text()
     assert sleeps == [0.5, 0.5, 0.5]
     assert "swap s2 in progress: b -> c" in text
