@@ -12,7 +12,7 @@ COMPOSE := docker-compose -f compose/docker-compose.yml -p hotswap
 CONTAINERS := [ "$${HOTSWAP_TEST_SERVICES:-auto}" != embedded ] && docker info >/dev/null 2>&1
 
 .DEFAULT_GOAL := help
-.PHONY: help install system-deps browser jars stack-up stack-down demo images compose-demo lint format schema diagram unit check integration cluster test bench soak clean
+.PHONY: help install system-deps browser postgres jars stack-up stack-down demo images compose-demo lint format schema diagram unit check integration cluster test bench soak clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -34,6 +34,9 @@ system-deps: ## Install redis-server, openssl and Maven if missing (Debian/Ubunt
 
 browser: ## Install Chromium if missing (Debian/Ubuntu): the dashboard's integration test drives it headless
 	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium; }
+
+postgres: ## Install PostgreSQL's server if missing (Debian/Ubuntu): the postgres sink's integration tests start one
+	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq postgresql; }
 
 jars: install system-deps ## Fetch Kafka's and Spark's Kafka connector jars from Maven Central (once)
 	$(BIN)/hotswap stack fetch
@@ -76,14 +79,14 @@ unit: install ## Unit and component tests only (no Kafka, Redis or Spark)
 
 check: lint unit ## Before a push: lint, then unit and component tests (no Kafka, Redis or Spark; under a minute)
 
-integration: jars browser ## Integration tests against real Kafka, Redis and Spark (Kafka and Redis in containers if Docker answers)
+integration: jars browser postgres ## Integration tests against real Kafka, Redis and Spark (Kafka and Redis in containers if Docker answers)
 	@if $(CONTAINERS); then $(MAKE) --no-print-directory images; fi
 	$(BIN)/pytest -m integration -v
 
 cluster: jars ## The cluster tests alone: three swaps on a Spark standalone cluster started from pyspark, and a broker killed in a 3-broker Kafka (minutes)
 	$(BIN)/pytest -m cluster -v
 
-test: lint jars browser ## Lint, then every test, the cluster tests included (Kafka and Redis in containers if Docker answers)
+test: lint jars browser postgres ## Lint, then every test, the cluster tests included (Kafka and Redis in containers if Docker answers)
 	@if $(CONTAINERS); then $(MAKE) --no-print-directory images; fi
 	$(BIN)/pytest -v --durations=40
 

@@ -25,6 +25,7 @@ class ReasonCode(StrEnum):
     VALIDATION_TIMEOUT = "validation_timeout"  # its analysis did not end within validation_timeout
     QUERY_RAISED = "query_raised"  # the user's own code raised while it was analysed
     WINDOWS_NOT_CUTTABLE = "windows_not_cuttable"  # no near boundary shared with the query it replaces
+    SHADOW_NEEDS_KAFKA_SINK = "shadow_needs_kafka_sink"  # `submit --shadow` where results go to a table
 
     # -- failed: before the cut; the old query keeps serving -----------------------------------
     NOTHING_TO_REPLACE = "nothing_to_replace"  # no query serves the namespace

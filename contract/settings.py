@@ -31,6 +31,7 @@ from hotswap.contract.durations import Duration, OffOrDuration
 from hotswap.contract.errors import ConfigError
 from hotswap.contract.models import GraphEngine, QueryKind
 from hotswap.contract.names import Names
+from hotswap.contract.sink import SinkKind, SinkSpec
 from hotswap.contract.source import (
     DEFAULT_EVENT_TIME,
     DEFAULT_SCHEMA,
@@ -197,6 +198,8 @@ class PipelineSettings(_Slice):
     max_offsets_per_trigger: int
     trigger_interval: OffOrDuration
     sink_compacted: bool
+    sink: SinkSpec  # derived: where results land (contract.sink)
+    sink_url: SecretStr | None
     graph_engine: GraphEngine
     graph_partitions: int | None
     keep_retired_topics: bool
@@ -369,6 +372,11 @@ class Settings(BaseSettings):
     # Create the results topic compacted (cleanup.policy=compact): a reader then keeps one record
     # per result key, i.e. per (window, group). Only applies when hotswap creates the topic.
     sink_compacted: bool = False
+    # Where every version's results land (contract.sink): kafka:TOPIC (the default, kafka:<sink_topic>)
+    # or postgres:TABLE, with sink_url (docs/sinks.md).
+    sink: str | None = None
+    # The sink's connection URL, for postgres: postgresql://user:password@host:5432/database.
+    sink_url: SecretStr | None = None
     # How execution graphs compute their windows: "stateful" (a Spark streaming aggregation closed by
     # Spark's watermark) or "closing" (each window computed once, as a batch, when every partition's
     # marker has passed it; docs/architecture.md, "Two graph engines"). Recorded per graph when it is
@@ -488,6 +496,26 @@ class Settings(BaseSettings):
             raise ValueError("a Redis URL starts with redis://, rediss:// (TLS) or unix://, e.g. redis://host:6379/0")
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _kafka_sink_names_the_topic(cls, data: Any) -> Any:
+        # `--sink kafka:T` is another way to say sink_topic = T: everything that reads results reads it.
+        if isinstance(data, dict) and isinstance(data.get("sink"), str):
+            spec = SinkSpec.parse(data["sink"])
+            if spec.is_kafka:
+                topic = data.get("sink_topic")
+                if topic is not None and topic != spec.target:
+                    raise ValueError(f"sink {spec} and sink_topic {topic!r} name two results topics; give one")
+                data = {**data, "sink_topic": spec.target}
+        return data
+
+    @field_validator("sink_url")
+    @classmethod
+    def _sink_url_scheme(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and not value.get_secret_value().startswith(("postgresql://", "postgres://")):
+            raise ValueError("a sink URL starts with postgresql://, e.g. postgresql://user:password@host:5432/db")
+        return value
+
     @field_validator("window")
     @classmethod
     def _window(cls, value: Duration) -> Duration:
@@ -497,6 +525,11 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
+        if self.sink_spec.kind is SinkKind.POSTGRES and self.sink_url is None:
+            raise ValueError(
+                f"sink {self.sink_spec} needs its database: set sink_url (HOTSWAP_SINK_URL, --sink-url), e.g. "
+                "postgresql://user:password@host:5432/db"
+            )
         isr = self.topic_min_insync_replicas
         if isr is not None and isr > self.topic_replication_factor:
             raise ValueError(
@@ -552,7 +585,12 @@ class Settings(BaseSettings):
 
     @property
     def pipeline(self) -> PipelineSettings:
-        return self._slice(PipelineSettings, names=self.names)
+        return self._slice(PipelineSettings, names=self.names, sink=self.sink_spec)
+
+    @property
+    def sink_spec(self) -> SinkSpec:
+        """Where results land: the declared sink, else the results topic."""
+        return SinkSpec.parse(self.sink) if self.sink else SinkSpec(SinkKind.KAFKA, self.sink_topic)
 
     @property
     def queries(self) -> QueryRules:
@@ -627,8 +665,13 @@ def load_settings(**overrides: Any) -> Settings:
     try:
         return Settings(**given)
     except ValidationError as exc:
+        # A check of several settings together has no field to name.
         problems = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc'])}: {error['msg'].removeprefix('Value error, ')}"
+            ": ".join(
+                part
+                for part in (".".join(str(p) for p in error["loc"]), error["msg"].removeprefix("Value error, "))
+                if part
+            )
             for error in exc.errors()
         )
         raise ConfigError(f"invalid settings: {problems}") from exc

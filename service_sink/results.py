@@ -1,4 +1,5 @@
-"""Writing an execution graph's output to the user sink (the results topic).
+"""Writing an execution graph's output to the user sink: the results topic, or a Postgres table
+(service_sink.postgres).
 
 Each row becomes a JSON object of all output columns (timestamps as epoch milliseconds) plus the
 `query_id` of the version that produced it. The Kafka key is a compact JSON object of the window
@@ -23,6 +24,7 @@ from pyspark.sql import types as T
 
 from hotswap.contract.ownership import OwnedWindows
 from hotswap.contract.settings import KafkaSettings
+from hotswap.service_sink.postgres import PostgresTable
 
 # to_json drops null fields by default; every column stays, and a null group in the key stays
 # distinct from "" or "null".
@@ -43,6 +45,7 @@ class ResultWriter:
         owned: Callable[[], OwnedWindows] | None = None,
         key_window_end: bool = False,
         unowned_topic: str | None = None,
+        table: PostgresTable | None = None,
     ) -> None:
         self._kafka = kafka
         self._sink_topic = sink_topic
@@ -56,6 +59,8 @@ class ResultWriter:
         self._key = ("window_start", "window_end") if key_window_end else ("window_start",)
         # A shadow's results topic: the windows it does not own go there instead of being dropped.
         self._unowned_topic = unowned_topic
+        # The sink is a Postgres table: the owned results are upserted there, not written to Kafka.
+        self._table = table
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if self._check_lease is not None:
@@ -75,6 +80,9 @@ class ResultWriter:
                 return
             else:
                 batch = batch.where(_owned_condition(owned))
+        if self._table is not None:
+            self._table.write(batch, self._query_id, self._group_columns)
+            return
         types = {field.name: field.dataType for field in batch.schema.fields}
         value_columns = [_as_json_value(name, types[name]) for name in types]
         value_columns.append(F.lit(self._query_id).alias("query_id"))

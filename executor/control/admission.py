@@ -225,6 +225,7 @@ class Admission:
         timeouts: Timeouts,
     ) -> None:
         self._timeouts = timeouts
+        self._sink = pipeline.sink
         self._journal = journal
         self._graphs = graphs
         self._analyser = Analyser(pipeline, graphs)
@@ -263,6 +264,14 @@ class Admission:
         """The swap as it is once decided, or None while its analysis runs."""
         if swap.source is None:
             return self._reject(swap, "swap carries no query", ReasonCode.NO_QUERY) or self._journal.get(swap.id)
+        if swap.shadow and not self._sink.is_kafka:
+            # A shadow's diff reads both versions' results from Kafka topics (service_sink.diff).
+            reason = (
+                f"a shadow needs a Kafka sink; this namespace writes its results to {self._sink}: "
+                "submit without --shadow"
+            )
+            code = ReasonCode.SHADOW_NEEDS_KAFKA_SINK
+            return self._reject(swap, reason, code) or self._journal.get(swap.id)
         while True:
             analysis = self._analysis
             if analysis is None:

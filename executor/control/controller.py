@@ -142,7 +142,7 @@ class Executor:
             )
             self._enter(ExecutorPhase.RUNNING)
             self.ready.set()
-            log.info("executor running", source=self.settings.source_topic, sink=self.settings.sink_topic)
+            log.info("executor running", source=self.settings.source_topic, sink=str(self.settings.sink_spec))
             failing_since: float | None = None
             while not stop.is_set():
                 try:
@@ -197,8 +197,9 @@ class Executor:
             self._topics.ensure(settings.source_topic, settings.source_partitions)
             partitions = settings.source_partitions
         self.graphs.source_partitions = partitions
-        compacted = {"cleanup.policy": "compact"} if settings.sink_compacted else None
-        self._topics.ensure(settings.sink_topic, partitions, compacted)
+        if settings.pipeline.sink.is_kafka:
+            compacted = {"cleanup.policy": "compact"} if settings.sink_compacted else None
+            self._topics.ensure(settings.sink_topic, partitions, compacted)
         for topic in (settings.names.late_topic, settings.names.dead_letter_topic):
             self._topics.ensure(topic, partitions)
 

@@ -27,6 +27,7 @@ from hotswap.contract.ownership import OwnershipReader
 from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.records import read_current, read_graphs, read_graphs_named
 from hotswap.contract.settings import KafkaSettings, PipelineSettings, QueryRules, RecoverySettings, Timeouts
+from hotswap.contract.sink import SinkKind
 from hotswap.contract.source import SourceFormat, SourceSpec
 from hotswap.execution_graph.confinement import check_kind, check_size, isolated_session
 from hotswap.execution_graph.errors import QueryRejected
@@ -37,6 +38,7 @@ from hotswap.execution_graph.schemas import check_version
 from hotswap.execution_graph.validation import QueryShape, validate_query
 from hotswap.executor.control.topics import Topics
 from hotswap.executor.errors import ExecutorError
+from hotswap.service_sink.postgres import PostgresTable
 from hotswap.service_sink.results import ResultWriter
 
 log = structlog.get_logger(__name__)
@@ -387,7 +389,16 @@ class Graphs:
             owned=OwnershipReader(self._redis, self._keys, record),
             key_window_end=record.windowing.sliding,
             unowned_topic=record.shadow_results_topic,
+            table=self._sink_table(),
         )
+
+    def _sink_table(self) -> PostgresTable | None:
+        """The sink's table, for a namespace whose sink is Postgres (each graph its own connection)."""
+        sink = self._pipeline.sink
+        if sink.kind is not SinkKind.POSTGRES:
+            return None
+        assert self._pipeline.sink_url is not None  # settings refuse a postgres sink without one
+        return PostgresTable(sink, self._pipeline.sink_url)
 
     def stop(self, query_id: str) -> bool:
         """Stop a drained graph's query at once; returns whether it stopped within `stop_wait_s` (else

@@ -78,6 +78,19 @@ def run(
     lateness: Annotated[str | None, typer.Option(help="Allowed lateness, e.g. 5s.")] = None,
     source_topic: Annotated[str | None, typer.Option(help="Source topic.")] = None,
     sink_topic: Annotated[str | None, typer.Option(help="Results topic.")] = None,
+    sink: Annotated[
+        str | None,
+        typer.Option(
+            help="Where results land: kafka:TOPIC (default kafka:<sink topic>) or postgres:TABLE, with --sink-url "
+            "(docs/sinks.md)."
+        ),
+    ] = None,
+    sink_url: Annotated[
+        str | None,
+        typer.Option(
+            help="The postgres sink's database: postgresql://USER:PASSWORD@HOST:5432/DB (or HOTSWAP_SINK_URL)."
+        ),
+    ] = None,
     namespace: NamespaceOpt = None,
     log_format: Annotated[str | None, typer.Option(help="console or json.")] = None,
     keep_retired_topics: Annotated[bool | None, typer.Option(help="Keep a retired graph's topic.")] = None,
@@ -164,12 +177,15 @@ def run(
     from hotswap.executor.control.lease import Lease
     from hotswap.executor.control.spark_session import build_spark_session, check_spark_target
     from hotswap.executor.operator.client import redis_client
+    from hotswap.service_sink.postgres import check_sink
 
     settings = ctx.obj.settings(
         window=window,
         lateness=lateness,
         source_topic=source_topic,
         sink_topic=sink_topic,
+        sink=sink,
+        sink_url=sink_url,
         namespace=namespace,
         log_format=log_format,
         keep_retired_topics=keep_retired_topics,
@@ -190,6 +206,7 @@ def run(
     )
     settings.source_spec()  # a bad source declaration fails here, in one line, before anything starts
     check_spark_target(settings.spark)  # before the lease or Redis: a target that cannot work changes nothing
+    check_sink(settings.pipeline)  # a sink that cannot be written is said now, not at the first result
     source = load_query_source(query, name)
     client = redis_client(settings.control, report_outages=True)
     check_durability(client, settings.control)  # before Spark starts: a Redis that may lose a cut is refused at once

@@ -129,7 +129,7 @@ class KafkaPositions:
     report). The buffer of a swap's new graph fills from the cut on, and empties as its query
     catches up."""
 
-    def __init__(self, kafka: KafkaSettings, sink_topic: str) -> None:
+    def __init__(self, kafka: KafkaSettings, sink_topic: str | None) -> None:
         self._kafka = kafka
         self._sink_topic = sink_topic
         self._consumer: Any = None
@@ -140,7 +140,12 @@ class KafkaPositions:
         if self._consumer is None:
             self._consumer = KafkaConsumer(**self._kafka.kafka_python_config(), enable_auto_commit=False)
         sink = self._sink_topic
-        sink_parts = [TopicPartition(sink, p) for p in sorted(self._consumer.partitions_for_topic(sink) or [])]
+        # None: the results go to a table (contract.sink), whose rows the views do not count.
+        sink_parts = (
+            []
+            if sink is None
+            else [TopicPartition(sink, p) for p in sorted(self._consumer.partitions_for_topic(sink) or [])]
+        )
         running = {q: g for q, g in graphs.items() if g.state in (GraphState.STARTING, GraphState.RUNNING)}
         graph_parts = {q: TopicPartition(g.topic, 0) for q, g in running.items()}
         ends = self._consumer.end_offsets([*sink_parts, *graph_parts.values()])

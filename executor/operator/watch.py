@@ -209,7 +209,7 @@ def watch(
     task raises, KeyboardInterrupt included, so an interrupt landing in a Kafka read was lost and the
     view never ended."""
     stop = stop or threading.Event()
-    positions = KafkaPositions(kafka, pipeline.sink_topic)
+    positions = KafkaPositions(kafka, pipeline.sink.target if pipeline.sink.is_kafka else None)
     memory = WatchMemory()
     window = RateWindow()
     previous: Snapshot | None = None

@@ -259,5 +259,5 @@ def start_monitor(
         Client(control, kafka, pipeline, redis_client(control)),
         lease=executor.lease,
         queries=spark_queries(executor),
-        kafka=KafkaPositions(kafka, pipeline.sink_topic),
+        kafka=KafkaPositions(kafka, pipeline.sink.target if pipeline.sink.is_kafka else None),
     ).start()

@@ -5,10 +5,13 @@ after S, and completes like any swap; or it is aborted and nothing the user sees
 from __future__ import annotations
 
 import pytest
+from pydantic import SecretStr
 
 from hotswap.contract.journal import SwapPhase, SwapRecord
 from hotswap.contract.models import GraphState
+from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.records import read_service_state
+from hotswap.contract.settings import Settings
 from hotswap.service_graph.routing import plan_batch, routing_swap, shadowing_swap
 from tests.component.fakes import World, query
 
@@ -120,3 +123,17 @@ def test_a_shadow_whose_query_dies_fails_and_the_current_query_serves_on(world: 
     assert "[DIVIDE_BY_ZERO] Division by zero" in failed.error
     assert plan(world) == [("a", None, None)]
     assert world.graph_state("b") is GraphState.DISCARDED
+
+
+def test_a_shadow_is_rejected_where_results_go_to_a_postgres_table(settings: Settings) -> None:
+    table = settings.model_copy(update={"sink": "postgres:results", "sink_url": SecretStr("postgresql://db/x")})
+    world = World(table)
+    world.serve("a", 10_000)
+    swap_id = shadow(world)
+    rejected = world.journal.get(swap_id)
+    assert rejected.state is SwapPhase.REJECTED
+    assert rejected.reason_code is ReasonCode.SHADOW_NEEDS_KAFKA_SINK
+    assert rejected.error == (
+        "a shadow needs a Kafka sink; this namespace writes its results to postgres:results: submit without --shadow"
+    )
+    assert world.graphs.fake_runner.started == ["a"]

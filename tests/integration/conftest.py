@@ -27,6 +27,7 @@ from hotswap.executor.stack import EmbeddedStack
 from tests.conftest import wait_until
 from tests.integration.harness import JARS, REPO, namespace_settings
 from tests.integration.oracle import KEEP_EVERY_BATCH
+from tests.integration.postgres import PostgresServer
 
 TEST_STACK_HOME = REPO / ".hotswap" / "test-stack"
 KAFKA_PORT, KAFKA_CONTROLLER_PORT, REDIS_PORT = 19092, 19093, 16379
@@ -143,6 +144,15 @@ def spark(services: Services) -> Iterator[SparkSession]:
     session = build_spark_session(settings.spark)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """One PostgreSQL server for the session, started by the first test that asks for it."""
+    server = PostgresServer()
+    server.start()
+    yield server
+    server.remove()
 
 
 @pytest.fixture

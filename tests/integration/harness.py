@@ -329,6 +329,10 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
     }
     if settings.graph_partitions is not None:
         values["GRAPH_PARTITIONS"] = str(settings.graph_partitions)
+    if settings.sink is not None:
+        values["SINK"] = settings.sink
+    if settings.sink_url is not None:
+        values["SINK_URL"] = settings.sink_url.get_secret_value()
     if settings.topic_min_insync_replicas is not None:
         values["TOPIC_MIN_INSYNC_REPLICAS"] = str(settings.topic_min_insync_replicas)
     env.update({f"HOTSWAP_{k}": v for k, v in values.items()})
