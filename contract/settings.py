@@ -169,6 +169,7 @@ class SparkSettings(_Slice):
     home_dir: Path
     jar_cache: Path
     app_name: str
+    delta_lake: bool  # the sink is a Delta table: the session loads Delta's extension and catalog
 
 
 class ControlSettings(_Slice):
@@ -372,8 +373,8 @@ class Settings(BaseSettings):
     # Create the results topic compacted (cleanup.policy=compact): a reader then keeps one record
     # per result key, i.e. per (window, group). Only applies when hotswap creates the topic.
     sink_compacted: bool = False
-    # Where every version's results land (contract.sink): kafka:TOPIC (the default, kafka:<sink_topic>)
-    # or postgres:TABLE, with sink_url (docs/sinks.md).
+    # Where every version's results land (contract.sink): kafka:TOPIC (the default, kafka:<sink_topic>),
+    # postgres:TABLE with sink_url, or delta:PATH (docs/sinks.md).
     sink: str | None = None
     # The sink's connection URL, for postgres: postgresql://user:password@host:5432/database.
     sink_url: SecretStr | None = None
@@ -576,7 +577,11 @@ class Settings(BaseSettings):
     @property
     def spark(self) -> SparkSettings:
         return self._slice(
-            SparkSettings, home_dir=self.home, jar_cache=self.jar_cache, app_name=f"hotswap-{self.namespace}"
+            SparkSettings,
+            home_dir=self.home,
+            jar_cache=self.jar_cache,
+            app_name=f"hotswap-{self.namespace}",
+            delta_lake=self.sink_spec.kind is SinkKind.DELTA,
         )
 
     @property

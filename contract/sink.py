@@ -4,7 +4,9 @@ A namespace has one sink, named at `hotswap run --sink KIND:TARGET`:
 - `kafka:TOPIC`, the default (`kafka:<sink_topic>`): one record per result, keyed by (window,
   group), so a replayed batch overwrites its own results (docs/architecture.md, "One key per result");
 - `postgres:TABLE` (or `postgres:SCHEMA.TABLE`), with `--sink-url`: one row per (version, window,
-  group), upserted in one transaction per batch (docs/sinks.md).
+  group), upserted in one transaction per batch (docs/sinks.md);
+- `delta:PATH` (a directory, or a URI such as `s3a://bucket/results`): a Delta Lake table, each
+  batch appended once under its graph's transaction id (docs/sinks.md).
 
 Pure data: service_sink turns a `SinkSpec` into its writer.
 """
@@ -23,6 +25,7 @@ _TABLE = re.compile(r"^[a-z_][a-z0-9_]{0,62}(\.[a-z_][a-z0-9_]{0,62})?$")
 class SinkKind(StrEnum):
     KAFKA = "kafka"
     POSTGRES = "postgres"
+    DELTA = "delta"
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,11 @@ class SinkSpec:
                 "optionally schema.table)"
             )
         return cls(kind, target)
+
+    @property
+    def is_table(self) -> bool:
+        """Results land in a table (each graph writes its batches itself), not a topic."""
+        return self.kind is not SinkKind.KAFKA
 
     @property
     def is_kafka(self) -> bool:

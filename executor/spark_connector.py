@@ -13,6 +13,10 @@ from hotswap.executor.errors import StackError
 
 log = structlog.get_logger(__name__)
 
+# Delta Lake for Spark 4.2 (the delta sink): the newest release on Maven Central for it (4.4.1 is on
+# PyPI but not on Maven Central on 2026-11-26). Pinned also in compose/spark-connector/pom.xml.
+DELTA_VERSION = "4.4.0"
+DELTA_SPARK = "delta-spark_4.2_2.13"
 # The jars Spark's Kafka source and sink and its Avro functions need beyond what the pyspark wheel
 # ships, in this order.
 CONNECTOR_ARTIFACTS = (
@@ -21,6 +25,8 @@ CONNECTOR_ARTIFACTS = (
     "kafka-clients",
     "commons-pool2",
     "spark-avro_2.13",
+    DELTA_SPARK,
+    "delta-storage",
 )
 # spark-avro at the pyspark version (4.2.0) is not on Maven Central (404 on 2026-11-24, while
 # spark-sql-kafka 4.2.0 is): the newest release there, 4.1.1, is used instead. Its from_avro and
@@ -50,7 +56,8 @@ def connector_package() -> str:
     """Spark's Kafka connector and Avro support as Maven coordinates for spark.jars.packages (their
     dependencies follow)."""
     return (
-        f"org.apache.spark:{CONNECTOR_ARTIFACTS[0]}:{pyspark_version()},org.apache.spark:spark-avro_2.13:{AVRO_VERSION}"
+        f"org.apache.spark:{CONNECTOR_ARTIFACTS[0]}:{pyspark_version()},org.apache.spark:spark-avro_2.13:{AVRO_VERSION},"
+        f"io.delta:{DELTA_SPARK}:{DELTA_VERSION}"
     )
 
 

@@ -102,8 +102,8 @@ class PostgresTable:
         self._connection: psycopg.Connection[Any] | None = None
         self._columns: dict[str, str] | None = None  # the table's columns and their types, as last read
 
-    def write(self, results: DataFrame, query_id: str, group_columns: Sequence[str]) -> None:
-        """Upsert one batch's results, in one transaction."""
+    def write(self, results: DataFrame, query_id: str, group_columns: Sequence[str], batch_id: int) -> None:
+        """Upsert one batch's results, in one transaction (a replay upserts the same rows again)."""
         types = {f.name: f.dataType for f in results.schema.fields}
         for name in KEY_COLUMNS[:1] + KEY_COLUMNS[3:]:
             if name in types:

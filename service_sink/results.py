@@ -1,5 +1,5 @@
-"""Writing an execution graph's output to the user sink: the results topic, or a Postgres table
-(service_sink.postgres).
+"""Writing an execution graph's output to the user sink: the results topic, or a table
+(service_sink.postgres, service_sink.delta).
 
 Each row becomes a JSON object of all output columns (timestamps as epoch milliseconds) plus the
 `query_id` of the version that produced it. The Kafka key is a compact JSON object of the window
@@ -16,7 +16,8 @@ windows at or before W, and they are not its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -24,11 +25,18 @@ from pyspark.sql import types as T
 
 from hotswap.contract.ownership import OwnedWindows
 from hotswap.contract.settings import KafkaSettings
-from hotswap.service_sink.postgres import PostgresTable
 
 # to_json drops null fields by default; every column stays, and a null group in the key stays
 # distinct from "" or "null".
 _KEEP_NULLS = {"ignoreNullFields": "false"}
+
+
+class ResultTable(Protocol):
+    """A sink that is a table: it writes one batch's owned results itself, exactly once."""
+
+    def write(self, results: DataFrame, query_id: str, group_columns: Sequence[str], batch_id: int) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class ResultWriter:
@@ -45,7 +53,7 @@ class ResultWriter:
         owned: Callable[[], OwnedWindows] | None = None,
         key_window_end: bool = False,
         unowned_topic: str | None = None,
-        table: PostgresTable | None = None,
+        table: ResultTable | None = None,
     ) -> None:
         self._kafka = kafka
         self._sink_topic = sink_topic
@@ -59,7 +67,7 @@ class ResultWriter:
         self._key = ("window_start", "window_end") if key_window_end else ("window_start",)
         # A shadow's results topic: the windows it does not own go there instead of being dropped.
         self._unowned_topic = unowned_topic
-        # The sink is a Postgres table: the owned results are upserted there, not written to Kafka.
+        # The sink is a table: the owned results are written there, not to Kafka.
         self._table = table
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
@@ -81,7 +89,7 @@ class ResultWriter:
             else:
                 batch = batch.where(_owned_condition(owned))
         if self._table is not None:
-            self._table.write(batch, self._query_id, self._group_columns)
+            self._table.write(batch, self._query_id, self._group_columns, batch_id)
             return
         types = {field.name: field.dataType for field in batch.schema.fields}
         value_columns = [_as_json_value(name, types[name]) for name in types]

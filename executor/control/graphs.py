@@ -38,8 +38,9 @@ from hotswap.execution_graph.schemas import check_version
 from hotswap.execution_graph.validation import QueryShape, validate_query
 from hotswap.executor.control.topics import Topics
 from hotswap.executor.errors import ExecutorError
+from hotswap.service_sink.delta import DeltaTable
 from hotswap.service_sink.postgres import PostgresTable
-from hotswap.service_sink.results import ResultWriter
+from hotswap.service_sink.results import ResultTable, ResultWriter
 
 log = structlog.get_logger(__name__)
 
@@ -389,16 +390,18 @@ class Graphs:
             owned=OwnershipReader(self._redis, self._keys, record),
             key_window_end=record.windowing.sliding,
             unowned_topic=record.shadow_results_topic,
-            table=self._sink_table(),
+            table=self._sink_table(record),
         )
 
-    def _sink_table(self) -> PostgresTable | None:
-        """The sink's table, for a namespace whose sink is Postgres (each graph its own connection)."""
+    def _sink_table(self, record: GraphRecord) -> ResultTable | None:
+        """The sink's table, where the sink is one (a Postgres graph keeps a connection of its own)."""
         sink = self._pipeline.sink
-        if sink.kind is not SinkKind.POSTGRES:
-            return None
-        assert self._pipeline.sink_url is not None  # settings refuse a postgres sink without one
-        return PostgresTable(sink, self._pipeline.sink_url)
+        if sink.kind is SinkKind.DELTA:
+            return DeltaTable(sink, record.spark_query_id)
+        if sink.kind is SinkKind.POSTGRES:
+            assert self._pipeline.sink_url is not None  # settings refuse a postgres sink without one
+            return PostgresTable(sink, self._pipeline.sink_url)
+        return None
 
     def stop(self, query_id: str) -> bool:
         """Stop a drained graph's query at once; returns whether it stopped within `stop_wait_s` (else

@@ -55,6 +55,13 @@ _DEFAULT_CONF = {
     # events and the operator's static tables (execution_graph/confinement.py).
     "spark.sql.runSQLOnFiles": "false",
 }
+# A Delta Lake sink (service_sink/delta.py): Delta 4 writes only through its extension and catalog. Its
+# table snapshots are rebuilt with 50 tasks by default, seconds per commit on two cores.
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    "spark.databricks.delta.snapshotPartitions": "2",
+}
 # A larger thread stack: Spark matches long Python tracebacks (a foreachBatch interrupted by
 # stop()) with a recursive regex that overflows the default 1 MB stack. The log4j2 configuration
 # is hotswap's (spark_log4j2 below), written under home.
@@ -175,6 +182,7 @@ def session_conf(settings: SparkSettings) -> dict[str, str]:
         **(_LOCAL_CONF if is_local_master(settings.spark_master) else {}),
         "spark.driver.memory": settings.spark_driver_memory,
         **connector_conf(settings),
+        **(DELTA_CONF if settings.delta_lake else {}),
         **settings.spark_conf,  # last: settings override every default
     }
 

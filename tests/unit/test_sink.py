@@ -23,6 +23,8 @@ URL = "postgresql://writer:s3cret@db:5432/analytics"
         ("KAFKA:ns.results", SinkKind.KAFKA, "ns.results"),
         ("postgres:results", SinkKind.POSTGRES, "results"),
         ("postgres:analytics.window_results", SinkKind.POSTGRES, "analytics.window_results"),
+        ("delta:/data/results", SinkKind.DELTA, "/data/results"),
+        ("delta:s3a://bucket/results", SinkKind.DELTA, "s3a://bucket/results"),
     ],
 )
 def test_a_sink_is_kind_colon_target(text: str, kind: SinkKind, target: str) -> None:
@@ -36,7 +38,7 @@ def test_a_sink_is_kind_colon_target(text: str, kind: SinkKind, target: str) -> 
     [
         ("results", "is not KIND:TARGET"),
         ("kafka:", "is not KIND:TARGET"),
-        ("delta:/tmp/t", "sink kind 'delta' is unknown; use one of kafka:..., postgres:..."),
+        ("iceberg:t", "sink kind 'iceberg' is unknown; use one of kafka:..., postgres:..., delta:..."),
         ("postgres:Results", "is not a lower-case SQL name"),
         ("postgres:a.b.c", "is not a lower-case SQL name"),
         ("postgres:results; drop table x", "is not a lower-case SQL name"),
@@ -58,6 +60,12 @@ def test_a_kafka_sink_names_the_results_topic() -> None:
     assert settings.pipeline.sink_topic == "ns.out"
     with pytest.raises(ValidationError, match="name two results topics"):
         Settings(sink="kafka:a", sink_topic="b")
+
+
+def test_only_a_delta_sink_loads_deltas_extension_into_the_session() -> None:
+    assert Settings(sink="delta:/data/results").spark.delta_lake
+    assert not Settings().spark.delta_lake
+    assert not Settings(sink="postgres:results", sink_url=URL).spark.delta_lake
 
 
 def test_a_postgres_sink_needs_its_url_which_is_never_shown() -> None:

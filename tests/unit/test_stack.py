@@ -18,7 +18,7 @@ import pytest
 from hotswap.contract.settings import Settings
 from hotswap.executor.control.spark_session import connector_conf
 from hotswap.executor.errors import StackError
-from hotswap.executor.spark_connector import AVRO_VERSION, COMPLETE_MARKER, CONNECTOR_ARTIFACTS
+from hotswap.executor.spark_connector import AVRO_VERSION, COMPLETE_MARKER, CONNECTOR_ARTIFACTS, DELTA_VERSION
 from hotswap.executor.stack import EmbeddedStack
 from hotswap.executor.stack.kafka import KafkaBroker, cluster_of
 from hotswap.executor.stack.process import (
@@ -148,6 +148,7 @@ def test_spark_resolves_the_connector_itself_without_complete_local_jars(
     assert conf["spark.jars.packages"].split(",") == [
         f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}",
         f"org.apache.spark:spark-avro_2.13:{AVRO_VERSION}",
+        f"io.delta:delta-spark_4.2_2.13:{DELTA_VERSION}",
     ]
     assert Path(conf["spark.jars.ivy"]).is_relative_to(settings.home.resolve())  # not ~/.ivy2
     assert "spark.jars" not in conf
