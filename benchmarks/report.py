@@ -286,6 +286,7 @@ def table(results: dict[str, Any]) -> str:
             each(promoted),
         ),
         ("control state per batch, 1 / 200 swaps of history (ms; service + writer)", whole_run(_control(results))),
+        ("sink write per batch, median (p90), ms: kafka / postgres / delta", whole_run(_sinks(results))),
         ("during-swap p50 / p99 latency (s)", each(lambda side: _pair(live(side, "latency", "during_swap")))),
         (
             "p99 during swap / same segment's steady p99",
@@ -334,6 +335,13 @@ def _control(results: dict[str, Any]) -> str:
         return "n/a"
     one, many = (sum(parts.values()) for parts in medians.values())
     return f"{one:.2f} / {many:.2f} (ratio {_get(results, 'control_state', 'ratio')})"
+
+
+def _sinks(results: dict[str, Any]) -> str:
+    medians, p90 = _get(results, "sinks", "median_ms"), _get(results, "sinks", "p90_ms")
+    if not isinstance(medians, dict) or not isinstance(p90, dict):
+        return "n/a"
+    return " / ".join(f"{fmt(medians.get(s), 0)} ({fmt(p90.get(s), 0)})" for s in ("kafka", "postgres", "delta"))
 
 
 SPARK_PARTS = ("addBatch", "queryPlanning", "latestOffset", "walCommit", "commitOffsets")  # triggerExecution's parts

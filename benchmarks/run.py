@@ -16,7 +16,8 @@ unmeasured drain by each contender to warm the JVM:
 2. throughput rounds, alternating too: the slope of rows processed while each contender drains the
    same pre-loaded backlog;
 3. the control state's cost per batch with 200 swaps of history against one (benchmarks.control_state);
-4. memory and CPU of each process, sampled all along by a process of its own.
+4. each sink's cost per batch: the Kafka topic, a Postgres table, a Delta Lake table (benchmarks.sinks);
+5. memory and CPU of each process, sampled all along by a process of its own.
 The generator, the results watcher and the sampler run in child processes (benchmarks.probe), so
 none of them shares the GIL with the executor's foreachBatch. Writes bench/results/<timestamp>.json
 and a PNG beside it. A section that fails is recorded with its error and the rest still runs.
@@ -46,6 +47,7 @@ from benchmarks.plot import draw
 from benchmarks.profile import medians_ms
 from benchmarks.report import engine_summary, goals_table, largest_stages, p99_swap_over_steady, table, targets
 from benchmarks.resources import Resources, spark_jvm_pid
+from benchmarks.sinks import run_sinks
 from benchmarks.throughput import run_throughput, warm_up
 from hotswap.contract.models import now_ms
 from hotswap.executor.control.spark_session import build_spark_session
@@ -182,11 +184,15 @@ def run_bench(quick: bool, shape: LiveShape, backlog: int, throughput_rounds: in
     def control_state() -> None:
         results["control_state"] = run_control_state(spark, redis_client(base.control))
 
+    def sinks() -> None:
+        results["sinks"] = run_sinks(quick)
+
     try:
         section("warm-up", warm)
         section("live", live)
         section("throughput", throughput)
         section("control state", control_state)
+        section("sinks", sinks)
     finally:
         run_ended = now_ms()
         resources.stop()

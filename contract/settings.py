@@ -81,6 +81,8 @@ class StackSettings(_Slice):
     kafka_controller_port: int
     kafka_heap: str
     redis_port: int
+    stack_postgres: bool
+    postgres_port: int
 
     @property
     def jar_cache(self) -> Path:
@@ -336,6 +338,9 @@ class Settings(BaseSettings):
     kafka_controller_port: int = 9093
     kafka_heap: str = "384m"
     redis_port: int = 6379
+    # `hotswap stack up` also starts PostgreSQL, for the postgres sink (`stack up --postgres`).
+    stack_postgres: bool = False
+    postgres_port: int = 5433  # not 5432: a system PostgreSQL may hold that
 
     # Spark: the session is built in one place (executor.control.spark_session) from these.
     # local[N], spark://host:port (standalone), k8s://https://host:port, yarn: any master Spark takes.

@@ -1,6 +1,8 @@
 """Writing results into a Delta Lake table, exactly once (docs/sinks.md).
 
-Every version appends its results to one table, with a `query_id` column; a version that returns
+Every version appends its results to one table, with a `query_id` column and a `group_key` (the
+group columns' values as JSON, as in the Postgres table: with the version and the window, what
+identifies a result whatever each version groups by); a version that returns
 new columns adds them (`mergeSchema`), and rows of versions without them read null there.
 
 Each batch is appended under Delta's idempotent-write options: `txnAppId` names the writing graph
@@ -24,6 +26,7 @@ from pyspark.sql import functions as F
 from hotswap.contract.faults import crash_point
 from hotswap.contract.sink import SinkSpec
 from hotswap.service_sink.errors import SinkSchemaConflict, SinkUnavailable
+from hotswap.service_sink.results import group_key
 
 log = structlog.get_logger(__name__)
 
@@ -39,10 +42,26 @@ class DeltaTable:
 
     def write(self, results: DataFrame, query_id: str, group_columns: Sequence[str], batch_id: int) -> None:
         """Append one batch's results, once for this graph and batch id."""
-        if "query_id" in results.columns:
-            raise SinkSchemaConflict(
-                f"query {query_id} returns a column 'query_id', which {self._sink} keeps for itself: rename it"
-            )
+        for name in ("query_id", "group_key"):
+            if name in results.columns:
+                raise SinkSchemaConflict(
+                    f"query {query_id} returns a column {name!r}, which {self._sink} keeps for itself: rename it"
+                )
+        # Most batches of a stateful graph close no window: computed once (cached), an empty batch
+        # writes no commit, which costs a Delta table about a second on two cores.
+        results = results.persist()
+        try:
+            if results.isEmpty():
+                return
+            self._append(results.withColumn("group_key", group_key(results, group_columns)), query_id, batch_id)
+        finally:
+            results.unpersist()
+        # Committed to Delta, not yet in Spark's commit log: the batch is replayed, and skipped.
+        crash_point("sink:after-commit")
+        crash_point(f"sink:after-commit:{query_id}")
+        log.debug("results written", sink=str(self._sink), query_id=query_id, batch_id=batch_id)
+
+    def _append(self, results: DataFrame, query_id: str, batch_id: int) -> None:
         try:
             (
                 results.withColumn("query_id", F.lit(query_id))
@@ -61,10 +80,6 @@ class DeltaTable:
                     "the column in the query"
                 ) from exc
             raise SinkUnavailable(f"{self._sink} refused the write: {text}") from exc
-        # Committed to Delta, not yet in Spark's commit log: the batch is replayed, and skipped.
-        crash_point("sink:after-commit")
-        crash_point(f"sink:after-commit:{query_id}")
-        log.debug("results written", sink=str(self._sink), query_id=query_id, batch_id=batch_id)
 
     def close(self) -> None:
         """Nothing is held between batches (Spark writes the table)."""

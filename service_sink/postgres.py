@@ -42,6 +42,7 @@ from hotswap.contract.faults import crash_point
 from hotswap.contract.settings import PipelineSettings
 from hotswap.contract.sink import SinkKind, SinkSpec
 from hotswap.service_sink.errors import SinkSchemaConflict, SinkUnavailable
+from hotswap.service_sink.results import group_key
 
 log = structlog.get_logger(__name__)
 
@@ -225,17 +226,7 @@ def _as_plain_values(results: DataFrame, group_columns: Sequence[str]) -> DataFr
             columns.append(F.to_json(F.col(field.name), _KEEP_NULLS).alias(field.name))
         else:
             columns.append(F.col(field.name))
-    if group_columns:
-        key = F.to_json(F.struct(*(_json_value(results, c) for c in group_columns)), _KEEP_NULLS)
-    else:
-        key = F.lit("{}")
-    return results.select(key.alias("_hotswap_group_key"), *columns)
-
-
-def _json_value(results: DataFrame, name: str) -> Column:
-    if isinstance(results.schema[name].dataType, T.TimestampType | T.TimestampNTZType):
-        return F.unix_millis(F.col(name).cast("timestamp")).alias(name)
-    return F.col(name)
+    return results.select(group_key(results, group_columns).alias("_hotswap_group_key"), *columns)
 
 
 def _row(row: Any, types: Mapping[str, T.DataType]) -> tuple[Any, ...]:

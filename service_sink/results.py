@@ -108,6 +108,15 @@ class ResultWriter:
         )
 
 
+def group_key(results: DataFrame, group_columns: Sequence[str]) -> Column:
+    """The group columns' values as compact JSON in output order (`{"key":"k2"}`; `{}` without
+    groups): with the version and the window, what identifies a result in a table sink."""
+    if not group_columns:
+        return F.lit("{}")
+    types = {field.name: field.dataType for field in results.schema.fields}
+    return F.to_json(F.struct(*(_as_json_value(c, types[c]) for c in group_columns)), _KEEP_NULLS)
+
+
 def _owned_condition(owned: OwnedWindows) -> Column:
     """Rows whose window end (epoch ms) lies in one of the owned (after, through] ranges."""
     end = F.unix_millis(F.col("window_end").cast("timestamp"))

@@ -83,6 +83,7 @@ class Graphs:
         # The last stall of each graph whose batch was cancelled for running too long.
         self.stalls: dict[str, str] = {}
         self._stopping: dict[str, threading.Thread] = {}  # retiring graphs whose query is being stopped
+        self._tables: dict[str, ResultTable] = {}  # each graph's sink table, kept across its restarts
         self.stop_wait_s = STOP_WAIT_S
         self._error_budgets: dict[str, tuple[int, float]] = {}
 
@@ -394,14 +395,23 @@ class Graphs:
         )
 
     def _sink_table(self, record: GraphRecord) -> ResultTable | None:
-        """The sink's table, where the sink is one (a Postgres graph keeps a connection of its own)."""
+        """The sink's table, where the sink is one: one per graph (a Postgres graph keeps a connection
+        of its own), the same across the graph's restarts, closed once its query stops for good."""
         sink = self._pipeline.sink
-        if sink.kind is SinkKind.DELTA:
-            return DeltaTable(sink, record.spark_query_id)
-        if sink.kind is SinkKind.POSTGRES:
+        table = self._tables.get(record.query_id)
+        if table is None and sink.kind is SinkKind.DELTA:
+            table = DeltaTable(sink, record.spark_query_id)
+        elif table is None and sink.kind is SinkKind.POSTGRES:
             assert self._pipeline.sink_url is not None  # settings refuse a postgres sink without one
-            return PostgresTable(sink, self._pipeline.sink_url)
-        return None
+            table = PostgresTable(sink, self._pipeline.sink_url)
+        if table is not None:
+            self._tables[record.query_id] = table
+        return table
+
+    def _close_table(self, query_id: str) -> None:
+        table = self._tables.pop(query_id, None)
+        if table is not None:
+            table.close()
 
     def stop(self, query_id: str) -> bool:
         """Stop a drained graph's query at once; returns whether it stopped within `stop_wait_s` (else
@@ -427,6 +437,7 @@ class Graphs:
         if stopping.is_alive():
             return False
         del self._stopping[query_id]
+        self._close_table(query_id)
         return True
 
     def remove_topic(self, record: GraphRecord) -> None:
@@ -439,6 +450,7 @@ class Graphs:
         swap needs it): its query stops, it is recorded `discarded`, and its topic goes unless another
         graph reads it."""
         self.runner.stop(query_id)
+        self._close_table(query_id)
         record = self.get(query_id)
         if record is not None:
             if not record.state.is_ended:

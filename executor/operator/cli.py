@@ -652,6 +652,11 @@ def demo(
             "swap, wait for the load to end, and check.",
         ),
     ] = False,
+    sink: Annotated[
+        str | None,
+        typer.Option(help="Where results land: delta:PATH or postgres:TABLE (with --sink-url); default a topic."),
+    ] = None,
+    sink_url: Annotated[str | None, typer.Option(help="With --sink postgres:TABLE: the database's URL.")] = None,
 ) -> None:
     """Start everything, stream events, swap the query live, and check the results.
 
@@ -663,7 +668,9 @@ def demo(
     if attach:
         ok = run_attached_demo(ctx.obj, console, replacement, duration, swap_after)
     else:
-        ok = run_demo(ctx.obj, console, query, replacement, duration, swap_after, keep_stack, metrics_port)
+        ok = run_demo(
+            ctx.obj, console, query, replacement, duration, swap_after, keep_stack, metrics_port, sink, sink_url
+        )
     raise typer.Exit(0 if ok else 1)
 
 

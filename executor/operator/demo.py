@@ -39,8 +39,10 @@ from hotswap.executor.operator.web import MonitorServer, start_monitor
 from hotswap.executor.stack import EmbeddedStack
 from hotswap.executor.tools.generator import GeneratorSpec, produce
 from hotswap.service_graph.kafka_io import SourceOffsets
-from hotswap.service_sink.audit import Result, audit, read_results
+from hotswap.service_sink.audit import Result, audit
 from hotswap.service_sink.errors import TopicReadIncomplete
+from hotswap.service_sink.postgres import check_sink
+from hotswap.service_sink.readback import SinkReader
 
 DEMO_METRICS_PORT = 9464  # the dashboard and /metrics (any free port if taken)
 TIME_SCALE = 5.0  # event time runs 5x faster than the clock: a 10 s window closes every 2 s
@@ -67,16 +69,21 @@ def run_demo(
     swap_after_s: float,
     keep_stack: bool,
     metrics_port: int = DEMO_METRICS_PORT,
+    sink: str | None = None,
+    sink_url: str | None = None,
 ) -> bool:
     namespace = f"demo-{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}"
     settings = options.settings(
         namespace=namespace,
         source_topic=f"{namespace}.events",
         sink_topic=f"{namespace}.results",
+        sink=sink if sink is not None and not sink.startswith("kafka:") else None,
+        sink_url=sink_url,
         lateness="2s",
         log_level="warning",
         metrics_port=metrics_port,
     )
+    check_sink(settings.pipeline)
     initial = load_query_source(query)
     swap_source = load_query_source(replacement)
     stack = EmbeddedStack(settings.stack, settings.kafka)
@@ -87,6 +94,7 @@ def run_demo(
     stack_ready = time.monotonic()
     console.print("stack up; starting Spark and the executor ...")
     spark = build_spark_session(settings.spark)
+    reader = SinkReader(settings.pipeline, settings.kafka, spark)
     client = Client(settings.control, settings.kafka, settings.pipeline, redis_client(settings.control))
     executor = Executor(settings, spark, redis_client(settings.control, report_outages=True))
     monitor = _serve_monitor(
@@ -111,6 +119,9 @@ def run_demo(
     shown: set[tuple[str, int]] = set()
     phases_shown = 0
     first_result_at: float | None = None
+    # A table is read with a query (a Spark job for Delta): every few seconds, not every second.
+    read_every_s = 1.0 if settings.pipeline.sink.is_kafka else 5.0
+    last_read = 0.0
     try:
         if not executor.ready.wait(300):
             console.print("[red]the executor did not start within 300 s")
@@ -121,9 +132,9 @@ def run_demo(
             if not executor_thread.is_alive():
                 console.print("[red]the executor stopped unexpectedly; see the log above")
                 return False
-            first_result_at = _show_new_windows(
-                settings.kafka, settings.sink_topic, console, shown, first_result_at, stack_ready
-            )
+            if time.monotonic() - last_read >= read_every_s:
+                first_result_at = _show_new_windows(reader, console, shown, first_result_at, stack_ready)
+                last_read = time.monotonic()
             if swap_id is None and first_result_at is not None and time.monotonic() - first_result_at > swap_after_s:
                 swap_id = client.submit(replacement, swap_source.name).id
                 console.print(f"[bold yellow]submitted swap {swap_id}: {initial.name} -> {swap_source.name}")
@@ -137,14 +148,17 @@ def run_demo(
             if client.journal.get(swap_id).state.is_settled:
                 break
             time.sleep(1.0)
-        _show_new_windows(settings.kafka, settings.sink_topic, console, shown, first_result_at, stack_ready)
+        _show_new_windows(reader, console, shown, first_result_at, stack_ready)
     finally:
         stop_load.set()
         stop_executor.set()
         executor_thread.join(timeout=120)
         monitor.stop()
+    try:
+        # After the executor stopped: a Delta table is read back with a plain Spark batch query.
+        ok = _final_check(reader, client, console, swap_id)
+    finally:
         spark.stop()
-    ok = _final_check(settings.kafka, settings.sink_topic, client, console, swap_id)
     _show_history(client, console)
     client.close()
     if not keep_stack and not already_up:
@@ -159,6 +173,7 @@ def run_attached_demo(
     """The demo against an executor and a generator that run elsewhere: print the windows, submit the
     swap once results flow, follow it, and check the results once the load has ended."""
     settings = options.settings()
+    reader = SinkReader(settings.pipeline, settings.kafka)
     swap_source = load_query_source(replacement)
     client = Client(settings.control, settings.kafka, settings.pipeline, redis_client(settings.control))
     console.rule("[bold]hotswap demo (attached)")
@@ -174,9 +189,7 @@ def run_attached_demo(
     last_change = time.monotonic()
     try:
         while True:
-            first_result_at = _show_new_windows(
-                settings.kafka, settings.sink_topic, console, shown, first_result_at, started
-            )
+            first_result_at = _show_new_windows(reader, console, shown, first_result_at, started)
             if swap_id is None and first_result_at is not None and time.monotonic() - first_result_at > swap_after_s:
                 current = client.status().current
                 swap_id = client.submit(replacement, swap_source.name).id
@@ -197,15 +210,14 @@ def run_attached_demo(
             time.sleep(1.0)
     finally:
         source.close()
-    _show_new_windows(settings.kafka, settings.sink_topic, console, shown, first_result_at, started)
-    ok = _final_check(settings.kafka, settings.sink_topic, client, console, swap_id)
+    _show_new_windows(reader, console, shown, first_result_at, started)
+    ok = _final_check(reader, client, console, swap_id)
     _show_history(client, console)
     return ok
 
 
 def _show_new_windows(
-    kafka: KafkaSettings,
-    sink_topic: str,
+    reader: SinkReader,
     console: Console,
     shown: set[tuple[str, int]],
     first: float | None,
@@ -213,7 +225,7 @@ def _show_new_windows(
 ) -> float | None:
     grouped: dict[tuple[str, int, int], list[Result]] = defaultdict(list)
     try:
-        results = read_results(kafka, sink_topic, timeout_s=5)
+        results = reader.results(timeout_s=5)
     except TopicReadIncomplete:
         return first  # a slow read only delays the display; the next round shows these windows
     for result in results:
@@ -230,7 +242,7 @@ def _show_new_windows(
             measures = [
                 f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}"
                 for k, v in r.row.items()
-                if k not in ("window_start", "window_end", "query_id", "key")
+                if k not in ("window_start", "window_end", "query_id", "key", "group_key")
             ]
             cells.append(f"{r.row.get('key')} {' '.join(measures)}")
         console.print(f"{_hms(start)}-{_hms(end)} [cyan]{query_id:<16}[/] " + " | ".join(cells), soft_wrap=True)
@@ -267,10 +279,11 @@ def _show_history(client: Client, console: Console) -> None:
     render_history(history(client.status(), now_ms()), console)
 
 
-def _final_check(kafka: KafkaSettings, sink_topic: str, client: Client, console: Console, swap_id: str | None) -> bool:
-    results = read_results(kafka, sink_topic)
+def _final_check(reader: SinkReader, client: Client, console: Console, swap_id: str | None) -> bool:
+    results = reader.results()
     report = audit(results)
     console.rule("[bold]check")
+    console.print(f"results read back with: {reader.describe}")
     table = Table("query version", "windows answered")
     for query_id, n in sorted(report.windows_by_query.items()):
         table.add_row(query_id, str(n))

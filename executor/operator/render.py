@@ -126,6 +126,11 @@ def print_stack(stack: StackSettings, statuses: list[Any]) -> None:
         run_by = "this stack" if s.managed else ("external" if external.get(s.name) else "-")
         table.add_row(s.name, s.address, str(s.pid or "-"), run_by, "yes" if s.healthy else "NO")
     console.print(table)
+    if any(s.name == "postgres" for s in statuses):
+        console.print(
+            "for the postgres sink: --sink postgres:TABLE --sink-url "
+            + next(s.address for s in statuses if s.name == "postgres")
+        )
 
 
 def render_diff(summary: ShadowDiff) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from hotswap.executor.operator.failures import operator_errors
@@ -16,11 +18,20 @@ stack_app = typer.Typer(
 
 @stack_app.command("up")
 @operator_errors
-def stack_up(ctx: typer.Context) -> None:
+def stack_up(
+    ctx: typer.Context,
+    postgres: Annotated[
+        bool | None,
+        typer.Option(
+            "--postgres",
+            help="Also start PostgreSQL on 127.0.0.1:5433 (HOTSWAP_POSTGRES_PORT), for --sink postgres:TABLE.",
+        ),
+    ] = None,
+) -> None:
     """Start Kafka (KRaft) and Redis under .hotswap/, unless they are configured as external."""
     from hotswap.executor.stack import EmbeddedStack
 
-    settings = ctx.obj.settings()
+    settings = ctx.obj.settings(stack_postgres=postgres)
     print_stack(settings.stack, EmbeddedStack(settings.stack, settings.kafka).up())
 
 

@@ -13,6 +13,7 @@ from hotswap.contract.settings import KafkaSettings, StackSettings
 from hotswap.executor.errors import StackError
 from hotswap.executor.stack import jars
 from hotswap.executor.stack.kafka import KafkaBroker, cluster_of
+from hotswap.executor.stack.postgres import PostgresServer
 from hotswap.executor.stack.process import (
     Proc,
     ProcessState,
@@ -54,7 +55,9 @@ class EmbeddedStack:
         self.brokers = tuple(KafkaBroker(stack, kafka, self.home, node) for node in range(1, nodes + 1))
         self.kafka = self.brokers[0]
         self.redis = RedisServer(stack, self.home)
-        self.services: tuple[Service, ...] = (*self.brokers, self.redis)
+        self.postgres = PostgresServer(stack, self.home)
+        asked = (self.postgres,) if stack.stack_postgres else ()
+        self.services: tuple[Service, ...] = (*self.brokers, self.redis, *asked)
         self.state = ProcessState(self.home)
 
     # ------------------------------------------------------------------ jars
@@ -101,6 +104,9 @@ class EmbeddedStack:
             if redis_server is not None:
                 state["redis"] = self.redis.start(redis_server)
                 self.state.write(state)
+            if "postgres" in to_start:
+                state["postgres"] = self.postgres.start()
+                self.state.write(state)
             if kafka_jars is not None:
                 cluster = cluster_of(self.settings, self.home)
                 for broker in brokers:
@@ -128,8 +134,13 @@ class EmbeddedStack:
                     del state[name]
             self.state.write(state)
             brokers = sorted(name for name in state if name.startswith("kafka"))
-            # Brokers first and together (see terminate_all), then Redis.
-            for group, grace_s in ((brokers, self.kafka.stop_grace_s), (["redis"], self.redis.stop_grace_s)):
+            # Brokers first and together (see terminate_all), then Redis, then PostgreSQL.
+            groups = (
+                (brokers, self.kafka.stop_grace_s),
+                (["redis"], self.redis.stop_grace_s),
+                (["postgres"], self.postgres.stop_grace_s),
+            )
+            for group, grace_s in groups:
                 procs = [state[name] for name in group if name in state]
                 if not procs:
                     continue
@@ -146,7 +157,9 @@ class EmbeddedStack:
     def status(self) -> list[ServiceStatus]:
         """Both services: where they are, whether we run them, and whether they answer now."""
         state = self.state.live()
-        return [self._status(service, state, healthy=service.answers()) for service in self.services]
+        # PostgreSQL is shown whenever this stack runs it, asked for now or not.
+        started = (self.postgres,) if "postgres" in state and self.postgres not in self.services else ()
+        return [self._status(service, state, healthy=service.answers()) for service in (*self.services, *started)]
 
     # ------------------------------------------------------------------ helpers
 

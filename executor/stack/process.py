@@ -30,7 +30,7 @@ log = structlog.get_logger(__name__)
 
 LOCALHOST = "127.0.0.1"
 # The services a state file may name: the broker, a cluster's numbered nodes, and Redis.
-SERVICE_NAME = re.compile(r"kafka|kafka-[1-9]|redis")
+SERVICE_NAME = re.compile(r"kafka|kafka-[1-9]|redis|postgres")
 KILL_WAIT_S = 5.0
 # Two readings of one process's start differ by up to a second: psutil derives it from the boot
 # time, which the kernel reports in whole seconds and which can tick between two reads.

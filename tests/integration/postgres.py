@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import psycopg
+from pydantic import SecretStr
 
 USER = "hotswap"
 START_TIMEOUT_S = 60
@@ -50,6 +51,10 @@ class PostgresServer:
     @property
     def url(self) -> str:
         return f"postgresql://{USER}@127.0.0.1:{self.port}/postgres"
+
+    @property
+    def url_secret(self) -> SecretStr:
+        return SecretStr(self.url)
 
     def start(self) -> None:
         self._root.mkdir(parents=True, exist_ok=True)

@@ -108,6 +108,19 @@ def test_the_state_file_remembers_each_node_of_a_cluster(tmp_path: Path) -> None
     assert state.read() == procs
 
 
+def test_postgresql_is_started_only_when_asked_and_remembered_once_started(tmp_path: Path) -> None:
+    plain = Settings(home=tmp_path / "home")
+    asked = Settings(home=tmp_path / "home", stack_postgres=True, postgres_port=35433)
+    assert "postgres" not in [s.name for s in EmbeddedStack(plain.stack, plain.kafka).services]
+    stack = EmbeddedStack(asked.stack, asked.kafka)
+    assert [s.name for s in stack.services][-1] == "postgres"
+    assert stack.postgres.url == "postgresql://hotswap@127.0.0.1:35433/postgres"
+    state = ProcessState(tmp_path)
+    procs = {"postgres": Proc(200, 1.0, ("postgres", "/h/postgres/data", "35433"), "")}
+    state.write(procs)
+    assert state.read() == procs  # `stack down` finds it, whatever the settings say now
+
+
 # -- which connector Spark gets --------------------------------------------------------------------
 def _connector_dir(settings: Settings) -> Path:
     directory = settings.jar_cache / f"spark-connector-{metadata.version('pyspark')}"
