@@ -68,6 +68,16 @@ _TRACEBACK = "Traceback (most recent call last):"
 CHECKPOINT_CONFLICTS = ("CONCURRENT_STREAM_LOG_UPDATE", "Multiple streaming jobs detected")
 
 
+# Begins the message of every failure to write a table sink (service_sink.errors.SinkUnavailable):
+# an outage of the sink's database or store, not a fault of the query.
+SINK_OUTAGE = "sink unavailable"
+
+
+def is_sink_outage(failure: str) -> bool:
+    """Whether a query died because its sink could not be written (not because of its rows)."""
+    return SINK_OUTAGE in failure
+
+
 def is_checkpoint_conflict(failure: str) -> bool:
     """Whether a query died because another query wrote its checkpoint's log at the same time."""
     return any(mark in failure for mark in CHECKPOINT_CONFLICTS)

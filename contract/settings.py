@@ -444,7 +444,9 @@ class Settings(BaseSettings):
     rollback_failures: int | None = Field(default=None, ge=0)
     rollback_window: Duration = Duration(600_000, "10m")
     # Transient Kafka errors in the control loop (broker restarting, leader moving) are retried with
-    # back-off for this long before the operation is given up with a reason.
+    # back-off for this long before the operation is given up with a reason; so is a graph's batch,
+    # without counting against its restarts, while a stalled predecessor still writes its checkpoint
+    # or its table sink is away.
     retry_deadline: Duration = Duration(60_000, "60s")
 
     log_format: Literal["console", "json"] = "console"

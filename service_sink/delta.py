@@ -19,16 +19,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import structlog
+from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from hotswap.contract.causes import SINK_OUTAGE, root_cause
 from hotswap.contract.faults import crash_point
 from hotswap.contract.sink import SinkSpec
 from hotswap.service_sink.errors import SinkSchemaConflict, SinkUnavailable
 from hotswap.service_sink.results import group_key
 
 log = structlog.get_logger(__name__)
+
+# Delta's error classes and exceptions for another writer's commit that got in first.
+CONCURRENT_COMMITS = ("DELTA_METADATA_CHANGED", "DELTA_CONCURRENT", "ConcurrentAppend", "MetadataChanged")
+CONCURRENT_ATTEMPTS = 3
+SCHEMA_CONFLICTS = ("DELTA_FAILED_TO_MERGE_FIELDS", "DELTA_MERGE_INCOMPATIBLE_DATATYPE")
 
 
 class DeltaTable:
@@ -47,11 +54,13 @@ class DeltaTable:
                 raise SinkSchemaConflict(
                     f"query {query_id} returns a column {name!r}, which {self._sink} keeps for itself: rename it"
                 )
-        # Most batches of a stateful graph close no window: computed once (cached), an empty batch
-        # writes no commit, which costs a Delta table about a second on two cores.
+        # Most batches of a stateful graph close no window: an empty batch writes no commit, which
+        # costs a Delta table about a second on two cores. Counted, not isEmpty(): every partition
+        # must run (and is cached for the write), or a replay that Delta skips would leave a stateful
+        # query's state stores uncommitted, which Spark refuses.
         results = results.persist()
         try:
-            if results.isEmpty():
+            if results.count() == 0:
                 return
             self._append(results.withColumn("group_key", group_key(results, group_columns)), query_id, batch_id)
         finally:
@@ -62,24 +71,32 @@ class DeltaTable:
         log.debug("results written", sink=str(self._sink), query_id=query_id, batch_id=batch_id)
 
     def _append(self, results: DataFrame, query_id: str, batch_id: int) -> None:
-        try:
-            (
-                results.withColumn("query_id", F.lit(query_id))
-                .write.format("delta")
-                .mode("append")
-                .option("mergeSchema", "true")
-                .option("txnAppId", self._writer_id)
-                .option("txnVersion", str(batch_id))
-                .save(self._sink.target)
-            )
-        except PySparkException as exc:
-            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            if "DELTA_FAILED_TO_MERGE_FIELDS" in text or "DELTA_MERGE_INCOMPATIBLE_DATATYPE" in text:
-                raise SinkSchemaConflict(
-                    f"query {query_id} returns a column with another type than {self._sink} has ({text}): rename "
-                    "the column in the query"
-                ) from exc
-            raise SinkUnavailable(f"{self._sink} refused the write: {text}") from exc
+        """Append, trying again when another writer's commit got in first: during a swap the old and
+        the new version commit to the table at once, and the new one may add columns. Trying again
+        cannot write twice (the transaction id), and a conflict is decided within one commit."""
+        for attempt in range(1, CONCURRENT_ATTEMPTS + 1):
+            try:
+                (
+                    results.withColumn("query_id", F.lit(query_id))
+                    .write.format("delta")
+                    .mode("append")
+                    .option("mergeSchema", "true")
+                    .option("txnAppId", self._writer_id)
+                    .option("txnVersion", str(batch_id))
+                    .save(self._sink.target)
+                )
+                return
+            except (PySparkException, Py4JJavaError) as exc:
+                text = root_cause(exc)
+                if any(mark in text for mark in SCHEMA_CONFLICTS):
+                    raise SinkSchemaConflict(
+                        f"query {query_id} returns a column with another type than {self._sink} has ({text}): "
+                        "rename the column in the query"
+                    ) from exc
+                if any(mark in text for mark in CONCURRENT_COMMITS) and attempt < CONCURRENT_ATTEMPTS:
+                    log.info("concurrent commit to the table; appending again", sink=str(self._sink), error=text)
+                    continue
+                raise SinkUnavailable(f"{SINK_OUTAGE}: {self._sink}: {text}") from exc
 
     def close(self) -> None:
         """Nothing is held between batches (Spark writes the table)."""

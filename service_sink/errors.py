@@ -12,7 +12,12 @@ class TopicReadIncomplete(ServiceSinkError):
 
 
 class SinkUnavailable(ServiceSinkError):
-    """The sink's database could not be reached or refused the write."""
+    """The sink's database or store could not be reached: retried, uncounted, for retry_deadline
+    (its message begins with contract.causes.SINK_OUTAGE)."""
+
+
+class SinkWriteRefused(ServiceSinkError):
+    """The sink's database refused a batch's rows (a value it cannot store): a failure of the batch."""
 
 
 class SinkSchemaConflict(ServiceSinkError):

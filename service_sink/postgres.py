@@ -38,10 +38,11 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from hotswap.contract.causes import SINK_OUTAGE
 from hotswap.contract.faults import crash_point
 from hotswap.contract.settings import PipelineSettings
 from hotswap.contract.sink import SinkKind, SinkSpec
-from hotswap.service_sink.errors import SinkSchemaConflict, SinkUnavailable
+from hotswap.service_sink.errors import SinkSchemaConflict, SinkUnavailable, SinkWriteRefused
 from hotswap.service_sink.results import group_key
 
 log = structlog.get_logger(__name__)
@@ -122,10 +123,12 @@ class PostgresTable:
                     self._upsert(connection, query_id, columns, rows)
         except psycopg.OperationalError as exc:
             self._drop_connection()
-            raise SinkUnavailable(f"{self._sink}: {_one_line(exc)}; the batch is replayed once it is back") from exc
+            raise SinkUnavailable(
+                f"{SINK_OUTAGE}: {self._sink}: {_one_line(exc)}; the batch is replayed once it is back"
+            ) from exc
         except psycopg.Error as exc:
             self._drop_connection()
-            raise SinkUnavailable(f"{self._sink} refused the write: {_one_line(exc)}") from exc
+            raise SinkWriteRefused(f"{self._sink} refused the batch's rows: {_one_line(exc)}") from exc
         # Committed, not yet in Spark's commit log: the batch is replayed.
         crash_point("sink:after-commit")
         crash_point(f"sink:after-commit:{query_id}")
@@ -202,6 +205,13 @@ class PostgresTable:
                 self._url.get_secret_value(),
                 connect_timeout=CONNECT_TIMEOUT_S,
                 options=f"-c statement_timeout={STATEMENT_TIMEOUT_MS}",
+                # statement_timeout is the server's: a connection that died silently is noticed by
+                # the client's own keepalives and its unacknowledged-data timeout instead.
+                keepalives=1,
+                keepalives_idle=10,
+                keepalives_interval=5,
+                keepalives_count=3,
+                tcp_user_timeout=STATEMENT_TIMEOUT_MS,
             )
             self._columns = None
         return self._connection

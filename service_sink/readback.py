@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -63,10 +64,12 @@ class SinkReader:
                 psycopg.connect(self._url.get_secret_value(), connect_timeout=10) as connection,
                 connection.cursor(row_factory=dict_row) as cursor,
             ):
-                exists = cursor.execute("SELECT to_regclass(%s)", (self._sink.target,)).fetchone()
+                # Quoted as the writer quotes it: a table may be named `user` or `order`.
+                table = sql.Identifier(*self._sink.target.split("."))
+                exists = cursor.execute("SELECT to_regclass(%s)", (table.as_string(connection),)).fetchone()
                 if exists is None or next(iter(exists.values())) is None:
                     return []
-                rows = cursor.execute(f"SELECT * FROM {self._sink.target}").fetchall()
+                rows = cursor.execute(sql.SQL("SELECT * FROM {}").format(table)).fetchall()
         except psycopg.Error as exc:
             raise SinkUnavailable(f"{self._sink} cannot be read: {str(exc).strip().splitlines()[0]}") from exc
         out = []

@@ -76,8 +76,10 @@ class ResultWriter:
         topic = F.lit(self._sink_topic)
         if self._owned is not None:
             owned = self._owned()
-            if self._unowned_topic is not None:
+            if self._unowned_topic is not None and self._table is None:
                 # A shadow: every result is written, its own windows to the sink, the rest to its topic.
+                # (Where the sink is a table, a shadow left from before the namespace's sink changed
+                # writes only its own windows, as any graph: a table holds each window once.)
                 mine = _owned_condition(owned) if owned.ranges else F.lit(False)
                 topic = F.when(mine, topic).otherwise(F.lit(self._unowned_topic))
             elif not owned.ranges:

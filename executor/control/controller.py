@@ -323,7 +323,8 @@ class Executor:
         if self._swaps is not None:
             self._swaps.close()  # a validation in progress is abandoned, after a short bound at most
         closing = (self._topics.close, self._retention.close)
-        for action in (self.service.stop, self.graphs.runner.stop_all, *closing, self._stopped):
+        stopping = (self.service.stop, self.graphs.runner.stop_all, self.graphs.close_tables)
+        for action in (*stopping, *closing, self._stopped):
             try:
                 action()
             except (HotswapError, redis.RedisError, OSError) as exc:

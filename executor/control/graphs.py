@@ -16,7 +16,7 @@ import structlog
 from kafka.errors import KafkaError
 from pyspark.sql import SparkSession
 
-from hotswap.contract.causes import is_checkpoint_conflict
+from hotswap.contract.causes import is_checkpoint_conflict, is_sink_outage
 from hotswap.contract.envelope import DeadLetterReason
 from hotswap.contract.errors import HotswapError, TimeoutExpired
 from hotswap.contract.fence import Batch, Fence, fenced_write
@@ -266,13 +266,20 @@ class Graphs:
                 continue
             if record.state.is_ended:  # retired or discarded: its query must not run, let alone restart
                 self.runner.stop(query_id)
+                self._close_table(query_id)
                 continue
-            if is_checkpoint_conflict(failure) and restarts.forgives_conflict(now, self._timeouts.retry_deadline.s):
-                # A stalled predecessor's Spark still writes this checkpoint: retry, uncounted, until
-                # its queries stop (it exits once it wakes without its lease) or retry_deadline passes.
+            outage = is_sink_outage(failure)
+            if (is_checkpoint_conflict(failure) or outage) and restarts.forgives_conflict(
+                now, self._timeouts.retry_deadline.s
+            ):
+                # A stalled predecessor's Spark still writes this checkpoint, or the sink's database is
+                # away: retry, uncounted, until its queries stop (it exits once it wakes without its
+                # lease) or the sink is back, or retry_deadline passes.
                 if restarts.first_seen(now):
                     log.warning(
-                        "execution graph's checkpoint is still written by another executor's Spark; retrying",
+                        "execution graph's sink cannot be written; retrying its batch"
+                        if outage
+                        else "execution graph's checkpoint is still written by another executor's Spark; retrying",
                         query_id=query_id,
                         error=failure,
                     )
@@ -280,8 +287,10 @@ class Graphs:
                     self.runner.restart(record, self._writer(record))
                 continue
             new_failure = restarts.first_seen(now)
-            over_budget = self._over_error_budget(query_id, restarts, now) if new_failure else None
-            if restarts.exhausted and not over_budget and self._skip_poison_batch(record, failure):
+            # A sink that stays away is no fault of the query: it neither spends an automatic
+            # rollback's error budget nor makes its batch a poison batch.
+            over_budget = self._over_error_budget(query_id, restarts, now) if new_failure and not outage else None
+            if restarts.exhausted and not over_budget and not outage and self._skip_poison_batch(record, failure):
                 self._restarts[query_id] = RestartBudget(
                     self._recovery.query_restarts, self._recovery.query_restart_backoff.s
                 )
@@ -290,6 +299,7 @@ class Graphs:
                 why = f"{failure}; {over_budget}" if over_budget else failure
                 log.error("execution graph failed for good", query_id=query_id, attempts=restarts.attempts, error=why)
                 self.runner.stop(query_id)
+                self._close_table(query_id)
                 if record.state is not GraphState.FAILED:  # else resumed after it failed, and failed again
                     self.save(record.moved(GraphState.FAILED))
                 failed.append((record, why))
@@ -407,6 +417,11 @@ class Graphs:
         if table is not None:
             self._tables[record.query_id] = table
         return table
+
+    def close_tables(self) -> None:
+        """Close every graph's sink table (their queries stopped: the executor is stopping)."""
+        for query_id in list(self._tables):
+            self._close_table(query_id)
 
     def _close_table(self, query_id: str) -> None:
         table = self._tables.pop(query_id, None)

@@ -81,8 +81,8 @@ def run(
     sink: Annotated[
         str | None,
         typer.Option(
-            help="Where results land: kafka:TOPIC (default kafka:<sink topic>) or postgres:TABLE, with --sink-url "
-            "(docs/sinks.md)."
+            help="Where results land: kafka:TOPIC (default kafka:<sink topic>), postgres:TABLE with --sink-url, or "
+            "delta:PATH (docs/sinks.md)."
         ),
     ] = None,
     sink_url: Annotated[
@@ -215,10 +215,18 @@ def run(
         from hotswap.executor.control.namespace import reset
         from hotswap.executor.control.topics import Topics
 
+        table = settings.pipeline.sink
+        # A table is the user's: it is kept, and the windows computed again land in it once more.
+        kept = (
+            f" The rows already in {table} stay: empty it first, or every window computed again is written over "
+            "its row (postgres) or appended beside it (delta)."
+            if table.is_table
+            else ""
+        )
         if not yes:
             typer.confirm(
                 f"Remove every Redis key, checkpoint and hotswap.{settings.namespace}.* topic of namespace "
-                f"{settings.namespace!r}? It starts over from the first offset of {settings.source_topic}",
+                f"{settings.namespace!r}? It starts over from the first offset of {settings.source_topic}.{kept}",
                 abort=True,
             )
         # Under the lease: an executor starting meanwhile waits, and never finds half a namespace.
@@ -231,7 +239,7 @@ def run(
         finally:
             topics.close()
             lease.release()
-        console.print(f"namespace {settings.namespace} reset: removed {', '.join(removed) or 'nothing'}")
+        console.print(f"namespace {settings.namespace} reset: removed {', '.join(removed) or 'nothing'}.{kept}")
     spark = build_spark_session(settings.spark)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -94,3 +94,27 @@ def test_off_by_default(moved: list[tuple[str, Sequence[SkippedRows]]]) -> None:
 
     assert moved == []
     assert world.graph_state("a") is GraphState.FAILED
+
+
+OUTAGE = (
+    "sink unavailable: postgres:results: connection failed: Connection refused; the batch is replayed once it is back"
+)
+
+
+def test_a_sink_that_stays_away_is_retried_then_fails_the_query_but_never_dead_letters_its_rows(
+    world: World, moved: list[tuple[str, Sequence[SkippedRows]]]
+) -> None:
+    world.graphs.fake_runner.failing["a"] = BATCH_7
+    runner = world.graphs.fake_runner
+    for _ in range(world.settings.query_restarts + 3):  # an outage: retried without counting
+        runner.die("a", OUTAGE)
+        assert world.graphs.supervise() == []
+        world.clock.advance(world.settings.query_restart_backoff.s)
+        assert world.graphs.supervise() == []
+    assert world.graph_state("a") is GraphState.RUNNING
+
+    world.clock.advance(world.settings.retry_deadline.s + 1)  # still away past retry_deadline: counted now
+    world.fail_until_spent("a", OUTAGE)
+
+    assert moved == []  # the rows are not the fault: nothing dead-lettered
+    assert world.graph_state("a") is GraphState.FAILED

@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 from pyspark.sql import types as T
 
+from hotswap.contract.causes import is_sink_outage
 from hotswap.contract.settings import Settings
 from hotswap.contract.sink import SinkKind, SinkSpec
 from hotswap.service_sink.postgres import postgres_type
@@ -99,3 +100,9 @@ def test_a_postgres_sink_needs_its_url_which_is_never_shown() -> None:
 def test_each_result_column_has_a_postgres_type(spark: T.DataType, postgres: str) -> None:
     # The names information_schema.columns gives, so a column already there is compared as it is.
     assert postgres_type(spark) == postgres
+
+
+def test_a_sink_outage_is_told_from_a_query_failure() -> None:
+    assert is_sink_outage("[FOREACH_BATCH_USER_FUNCTION_ERROR] sink unavailable: delta:/d: java.io.IOException: gone")
+    assert not is_sink_outage("[USER_RAISED_EXCEPTION] poison row")
+    assert not is_sink_outage("postgres:results refused the batch's rows: numeric field overflow")
