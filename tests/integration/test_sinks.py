@@ -17,6 +17,7 @@ import redis
 from deltalake import DeltaTable, QueryBuilder
 from pyspark.sql import SparkSession
 
+from hotswap.contract.journal import SwapRecord
 from hotswap.contract.names import Keys
 from hotswap.contract.settings import Settings
 from hotswap.executor.operator.client import Client
@@ -27,7 +28,7 @@ from hotswap.service_sink.postgres import PostgresTable
 from hotswap.service_sink.results import ResultWriter
 from tests.conftest import wait_until
 from tests.integration.harness import REPO, ExecutorProcess, changed, committed_watermark, continuous_load
-from tests.integration.oracle import Version, assert_invariants, count_and_total, peak_and_low, settle
+from tests.integration.oracle import Truth, Version, assert_invariants, count_and_total, peak_and_low, settle
 from tests.integration.postgres import PostgresServer
 
 pytestmark = [pytest.mark.integration]
@@ -97,15 +98,14 @@ def test_a_replayed_batch_a_new_column_and_a_conflicting_type_in_the_postgres_ta
     writer.close()
 
 
-def test_a_swap_into_postgres_with_the_executor_killed_after_a_commit_writes_each_result_once(
-    settings: Settings, client: Client, control: redis.Redis, postgres: PostgresServer, tmp_path: Path
-) -> None:
-    table = f"{settings.namespace}_results"
-    settings = changed(settings, sink=f"postgres:{table}", sink_url=postgres.url)
+def swap_with_a_kill_after_a_commit(
+    settings: Settings, client: Client, control: redis.Redis, tmp_path: Path, seed: int
+) -> tuple[SwapRecord, Truth]:
+    """count_per_key -> max_per_key_30s under load, the executor SIGKILLed right after the new version's
+    first commit to the table and before Spark records the batch (so it is replayed), then restarted."""
     keys = Keys(settings.namespace)
-    spec = GeneratorSpec(rate=300, keys=3, seed=37, disorder_ms=500, time_scale=10, start_ts=T0)
+    spec = GeneratorSpec(rate=300, keys=3, seed=seed, disorder_ms=500, time_scale=10, start_ts=T0)
     with continuous_load(settings, spec) as load:
-        # Dies right after the new version's first transaction commits, before Spark records the batch.
         first = ExecutorProcess(settings, COUNT_10S, tmp_path, crash_at="sink:after-commit:max_per_key_30s")
         first.wait_serving(control, keys)
         wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
@@ -121,6 +121,15 @@ def test_a_swap_into_postgres_with_the_executor_killed_after_a_commit_writes_eac
             truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
         finally:
             last.stop()
+    return done, truth
+
+
+def test_a_swap_into_postgres_with_the_executor_killed_after_a_commit_writes_each_result_once(
+    settings: Settings, client: Client, control: redis.Redis, postgres: PostgresServer, tmp_path: Path
+) -> None:
+    table = f"{settings.namespace}_results"
+    settings = changed(settings, sink=f"postgres:{table}", sink_url=postgres.url)
+    done, truth = swap_with_a_kill_after_a_commit(settings, client, control, tmp_path, seed=37)
     rows = table_rows(postgres.url, table)
     assert {r["query_id"] for r in rows} == {"count_per_key", "max_per_key_30s"}
     assert_invariants(as_results(rows), truth.on_time, VERSIONS, [truth.cut(done)], truth.closed_until)
@@ -131,25 +140,7 @@ def test_a_swap_into_delta_lake_with_the_executor_killed_after_a_commit_writes_e
 ) -> None:
     table = tmp_path / "results"
     settings = changed(settings, sink=f"delta:{table}")
-    keys = Keys(settings.namespace)
-    spec = GeneratorSpec(rate=300, keys=3, seed=38, disorder_ms=500, time_scale=10, start_ts=T0)
-    with continuous_load(settings, spec) as load:
-        # Dies right after the new version's first commit to the table, before Spark records the batch.
-        first = ExecutorProcess(settings, COUNT_10S, tmp_path, crash_at="sink:after-commit:max_per_key_30s")
-        first.wait_serving(control, keys)
-        wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 10_000, 120, "first windows")
-        swap = client.submit(MAX_30S)
-        assert first.wait_exit(180) == -signal.SIGKILL, f"no crash; see {first.log_path}"
-        last = ExecutorProcess(settings, COUNT_10S, tmp_path)
-        try:
-            last.wait_serving(control, keys)
-            done = client.wait_until_done(swap.id, 180)
-            cut = int(done.cut_window_end or 0)
-            wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 60_000, 120, "new windows")
-            load.stop()
-            truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
-        finally:
-            last.stop()
+    done, truth = swap_with_a_kill_after_a_commit(settings, client, control, tmp_path, seed=38)
     rows = delta_rows(table)
     assert {r["query_id"] for r in rows} == {"count_per_key", "max_per_key_30s"}
     # One schema for both versions: each version's columns, null in the other's rows.
