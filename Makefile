@@ -12,7 +12,7 @@ COMPOSE := docker-compose -f compose/docker-compose.yml -p hotswap
 CONTAINERS := [ "$${HOTSWAP_TEST_SERVICES:-auto}" != embedded ] && docker info >/dev/null 2>&1
 
 .DEFAULT_GOAL := help
-.PHONY: help install system-deps browser postgres jars stack-up stack-down demo images compose-demo lint format schema diagram unit check integration cluster test bench soak clean
+.PHONY: help install system-deps browser postgres jars object-store-jars stack-up stack-down demo images compose-demo lint format schema diagram unit check integration cluster test bench soak clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -40,6 +40,9 @@ postgres: ## Install PostgreSQL's server if missing (Debian/Ubuntu): the postgre
 
 jars: install system-deps ## Fetch Kafka's and Spark's Kafka connector jars from Maven Central (once)
 	$(BIN)/hotswap stack fetch
+
+object-store-jars: jars ## Fetch Hadoop's S3 client (about 690 MB) for checkpoints on s3a://: the cluster test keeps its checkpoints on an S3 server
+	$(BIN)/hotswap stack fetch --object-store
 
 stack-up: jars ## Start the embedded Kafka broker and Redis server
 	$(BIN)/hotswap stack up
@@ -79,14 +82,14 @@ unit: install ## Unit and component tests only (no Kafka, Redis or Spark)
 
 check: lint unit ## Before a push: lint, then unit and component tests (no Kafka, Redis or Spark; under a minute)
 
-integration: jars browser postgres ## Integration tests against real Kafka, Redis and Spark (Kafka and Redis in containers if Docker answers)
+integration: object-store-jars browser postgres ## Integration tests against real Kafka, Redis and Spark (Kafka and Redis in containers if Docker answers)
 	@if $(CONTAINERS); then $(MAKE) --no-print-directory images; fi
 	$(BIN)/pytest -m integration -v
 
-cluster: jars ## The cluster tests alone: three swaps on a Spark standalone cluster started from pyspark, and a broker killed in a 3-broker Kafka (minutes)
+cluster: object-store-jars ## The cluster tests alone: three swaps on a Spark standalone cluster started from pyspark, and a broker killed in a 3-broker Kafka (minutes)
 	$(BIN)/pytest -m cluster -v
 
-test: lint jars browser postgres ## Lint, then every test, the cluster tests included (Kafka and Redis in containers if Docker answers)
+test: lint object-store-jars browser postgres ## Lint, then every test, the cluster tests included (Kafka and Redis in containers if Docker answers)
 	@if $(CONTAINERS); then $(MAKE) --no-print-directory images; fi
 	$(BIN)/pytest -v --durations=40
 

@@ -66,7 +66,7 @@ def start_plain(spark: SparkSession, settings: Settings, query: Path, version: s
     return (
         output.writeStream.outputMode("append")
         .queryName(f"plain-{settings.namespace}-{version}")
-        .option("checkpointLocation", str(settings.names.checkpoint_root / f"plain-{version}"))
+        .option("checkpointLocation", f"{settings.names.checkpoint_root}/plain-{version}")
         .foreachBatch(ResultWriter(settings.kafka, settings.sink_topic, version, ("key",)))
         .start()
     )

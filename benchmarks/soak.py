@@ -217,7 +217,7 @@ class Soak:
             if jvm is not None:
                 pids["spark_jvm"] = jvm
         processes = {name: _process(pid) for name, pid in pids.items()}
-        root = self.settings.names.checkpoint_root
+        root = Path(self.settings.names.checkpoint_root)
         prefix = f"hotswap.{self.settings.namespace}."
         try:
             with redis_client(self.settings.control) as control:
@@ -239,8 +239,8 @@ class Soak:
                 "kafka_topics": topics,
                 # The service graph's checkpoint keeps every batch's offsets in this run (the oracle
                 # reads them), so the graphs' checkpoints are measured apart from it.
-                "graph_checkpoint_bytes": _bytes(root) - _bytes(self.settings.names.service_checkpoint),
-                "service_checkpoint_bytes": _bytes(self.settings.names.service_checkpoint),
+                "graph_checkpoint_bytes": _bytes(root) - _bytes(Path(self.settings.names.service_checkpoint)),
+                "service_checkpoint_bytes": _bytes(Path(self.settings.names.service_checkpoint)),
             }
         )
 

@@ -139,7 +139,8 @@ class Keys:
 @dataclass(frozen=True)
 class Names:
     namespace: str
-    home: Path  # `settings.home`: checkpoints live below it
+    home: Path  # `settings.home`: checkpoints live below it unless `checkpoints` says where
+    checkpoints: str | None = None  # `settings.checkpoint_root`: a directory or an s3a:// URI
 
     # -- Kafka topics ------------------------------------------------------------------------
     @property
@@ -174,14 +175,32 @@ class Names:
         return self.graph_topic(query_id)
 
     # -- Spark checkpoints -------------------------------------------------------------------
+    # Locations are strings, not paths: on an object store (s3a://bucket/prefix) they are URIs that
+    # only Hadoop's file system API (through Spark) reads and writes.
     @property
-    def checkpoint_root(self) -> Path:
-        """Every Spark checkpoint of the namespace lives below this directory."""
-        return (self.home / "checkpoints" / self.namespace).resolve()
+    def checkpoint_root(self) -> str:
+        """Every Spark checkpoint of the namespace lives below this location: a local directory's
+        absolute path, or a URI (`s3a://bucket/prefix/<namespace>`)."""
+        if self.checkpoints is None:
+            return str((self.home / "checkpoints" / self.namespace).resolve())
+        if is_store_uri(self.checkpoints):
+            return f"{self.checkpoints.rstrip('/')}/{self.namespace}"
+        return str((Path(self.checkpoints).expanduser() / self.namespace).resolve())
 
     @property
-    def service_checkpoint(self) -> Path:
-        return self.checkpoint_root / "service"
+    def local_checkpoint_root(self) -> Path | None:
+        """The checkpoint root as a local directory, or None when it is on an object store."""
+        root = self.checkpoint_root
+        return None if is_store_uri(root) else Path(root)
 
-    def graph_checkpoint(self, query_id: str) -> Path:
-        return self.checkpoint_root / f"graph-{query_id}"
+    @property
+    def service_checkpoint(self) -> str:
+        return f"{self.checkpoint_root}/service"
+
+    def graph_checkpoint(self, query_id: str) -> str:
+        return f"{self.checkpoint_root}/graph-{query_id}"
+
+
+def is_store_uri(location: str) -> bool:
+    """Whether a checkpoint location names a store by URI (`s3a://…`) rather than a local directory."""
+    return "://" in location

@@ -172,6 +172,14 @@ class SparkSettings(_Slice):
     jar_cache: Path
     app_name: str
     delta_lake: bool  # the sink is a Delta table: the session loads Delta's extension and catalog
+    # Where checkpoints live, and the S3 API of an s3a:// root (Settings explains each).
+    checkpoint_root: str | None
+    s3_endpoint: str | None
+    s3_region: str
+    s3_access_key: SecretStr | None
+    s3_secret_key: SecretStr | None
+    s3_path_style: bool | None
+    object_store: bool  # derived: checkpoints are on an object store; the session loads Hadoop's S3 client
 
 
 class ControlSettings(_Slice):
@@ -315,6 +323,20 @@ class Settings(BaseSettings):
     # Spark's Kafka connector, which the Spark session uses when present (the offline option).
     # Tests share one cache across homes.
     jars_dir: Path | None = None
+    # Where Spark checkpoints live (default: <home>/checkpoints): a directory that every Spark process
+    # of the deployment sees, or an object store through the S3 API, s3a://bucket/prefix (docs/
+    # operations.md, "Checkpoints on an S3 API"). Each namespace keeps its own folder below it.
+    checkpoint_root: str | None = None
+    # The S3 API behind an s3a:// checkpoint root. No endpoint: AWS itself; another store (MinIO,
+    # s3proxy, Ceph) is named by its URL, e.g. http://127.0.0.1:9000. No keys: the AWS credential
+    # chain (environment, profile, instance role).
+    s3_endpoint: str | None = None
+    s3_region: str = "us-east-1"
+    s3_access_key: SecretStr | None = None
+    s3_secret_key: SecretStr | None = None
+    # Path-style addresses (endpoint/bucket/key), which most stores other than AWS need. None: on
+    # when s3_endpoint is set.
+    s3_path_style: bool | None = None
     # Every Redis key, topic and checkpoint of one deployment sits under its namespace.
     # No dots: topic names put the namespace between dots (hotswap.<ns>.graph.<id>), and a dot in
     # it would let one namespace's topics pass for another's.
@@ -524,6 +546,28 @@ class Settings(BaseSettings):
             raise ValueError("a sink URL starts with postgresql://, e.g. postgresql://user:password@host:5432/db")
         return value
 
+    @field_validator("checkpoint_root")
+    @classmethod
+    def _checkpoint_scheme(cls, value: str | None) -> str | None:
+        if value is None or "://" not in value:
+            return value
+        scheme, _, rest = value.partition("://")
+        if scheme != "s3a":
+            hint = " (Hadoop's S3 client is s3a://)" if scheme in ("s3", "s3n") else ""
+            raise ValueError(
+                f"checkpoint_root {value!r}: a checkpoint root is a local directory or s3a://bucket/prefix{hint}"
+            )
+        if not rest.split("/", 1)[0]:
+            raise ValueError(f"checkpoint_root {value!r} names no bucket; write s3a://bucket/prefix")
+        return value
+
+    @field_validator("s3_endpoint")
+    @classmethod
+    def _s3_endpoint_scheme(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"s3_endpoint {value!r} is a URL: http://host:port or https://host")
+        return value
+
     @field_validator("window")
     @classmethod
     def _window(cls, value: Duration) -> Duration:
@@ -533,6 +577,8 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
+        if (self.s3_access_key is None) != (self.s3_secret_key is None):
+            raise ValueError("s3_access_key and s3_secret_key go together: set both, or neither for AWS's chain")
         if self.sink_spec.kind is SinkKind.POSTGRES and self.sink_url is None:
             raise ValueError(
                 f"sink {self.sink_spec} needs its database: set sink_url (HOTSWAP_SINK_URL, --sink-url), e.g. "
@@ -589,6 +635,7 @@ class Settings(BaseSettings):
             jar_cache=self.jar_cache,
             app_name=f"hotswap-{self.namespace}",
             delta_lake=self.sink_spec.kind is SinkKind.DELTA,
+            object_store=self.names.local_checkpoint_root is None,
         )
 
     @property
@@ -649,7 +696,7 @@ class Settings(BaseSettings):
     @property
     def names(self) -> Names:
         """Topics, checkpoints and Spark query names of this namespace (contract/names.py)."""
-        return Names(self.namespace, self.home)
+        return Names(self.namespace, self.home, self.checkpoint_root)
 
     def source_spec(self) -> SourceSpec:
         return self.source.source_spec()

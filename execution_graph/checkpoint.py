@@ -1,11 +1,24 @@
-"""hotswap's own files in a graph's Spark checkpoint, through Hadoop's FileSystem API, so they live
-wherever the checkpoint does (a local directory, or a cluster's shared store)."""
+"""hotswap's own files beside Spark's checkpoints, through Hadoop's FileSystem API, so they live
+wherever the checkpoints do: a local directory, a cluster's shared store, or an object store
+(s3a://). A graph's (closing state, claims) and the namespace's (the journal's version seen)."""
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
 from typing import Any, Protocol
 
+from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
+
+from hotswap.contract.causes import root_cause
+from hotswap.contract.names import is_store_uri
+from hotswap.execution_graph.errors import CheckpointsUnreachable
+
+# Stores whose files appear whole when their writer closes them, and whose rename is a copy: a file
+# is written in place there, never through a temporary one.
+OBJECT_STORE_SCHEMES = frozenset({"s3a", "gs", "abfs", "abfss"})
 
 
 class CheckpointFiles(Protocol):
@@ -20,6 +33,90 @@ class CheckpointFiles(Protocol):
     def has_entries(self, name: str) -> bool: ...
 
 
+class RootFiles(Protocol):
+    """The files at the root of a namespace's checkpoints (executor/control/namespace.py)."""
+
+    @property
+    def where(self) -> str: ...
+
+    def read_text(self, name: str) -> str | None: ...
+
+    def replace(self, name: str, text: str) -> None: ...
+
+    def holds_anything(self) -> bool: ...
+
+    def remove_all(self) -> None: ...
+
+
+PROBE_FILE = ".hotswap-probe"
+
+
+def check_checkpoints(location: str, spark: SparkSession) -> None:
+    """Say in one line, before anything starts, that the checkpoint root cannot be reached: a local
+    directory that cannot be made, or a store that refuses a write (its endpoint down, keys it does
+    not take, a bucket that does not exist)."""
+    try:
+        if is_store_uri(location):
+            # A write, not only a listing: a bucket that does not exist lists as empty.
+            files = CheckpointDir(spark, location)
+            files.replace(PROBE_FILE, "hotswap\n")
+            files.delete(PROBE_FILE)
+        else:
+            Path(location).mkdir(parents=True, exist_ok=True)
+    except (OSError, Py4JError) as exc:
+        hint = (
+            "check HOTSWAP_S3_ENDPOINT, HOTSWAP_S3_ACCESS_KEY and HOTSWAP_S3_SECRET_KEY, and that the bucket exists"
+            if is_store_uri(location)
+            else "check HOTSWAP_CHECKPOINT_ROOT and its permissions"
+        )
+        raise CheckpointsUnreachable(
+            f"the checkpoint root {location} cannot be reached ({root_cause(exc)}); {hint}"
+        ) from exc
+
+
+def root_files(location: str, spark: SparkSession | None) -> RootFiles:
+    """The files below `location`: a local directory's through the OS, a store's through Spark's
+    Hadoop client (so `spark` is needed only for a store)."""
+    if not is_store_uri(location):
+        return LocalDir(Path(location))
+    if spark is None:
+        raise ValueError(f"{location} is on an object store: its files are reached through a Spark session")
+    return CheckpointDir(spark, location)
+
+
+class LocalDir:
+    """Files below a local checkpoint directory, written atomically (a temporary file, fsync, rename)."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+
+    @property
+    def where(self) -> str:
+        return str(self._root)
+
+    def read_text(self, name: str) -> str | None:
+        try:
+            return (self._root / name).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+
+    def replace(self, name: str, text: str) -> None:
+        path = self._root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.tmp")
+        with temporary.open("w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        temporary.replace(path)
+
+    def holds_anything(self) -> bool:
+        return self._root.is_dir() and any(self._root.iterdir())
+
+    def remove_all(self) -> None:
+        shutil.rmtree(self._root, ignore_errors=True)
+
+
 class CheckpointDir:
     """Files below one checkpoint directory, by relative name ("closing/12")."""
 
@@ -27,8 +124,14 @@ class CheckpointDir:
         jvm = spark.sparkContext._jvm
         assert jvm is not None
         self._jvm = jvm
+        self._where = root
         self._root = jvm.org.apache.hadoop.fs.Path(root)
         self._fs = self._root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+        self._object_store = str(self._fs.getScheme()) in OBJECT_STORE_SCHEMES
+
+    @property
+    def where(self) -> str:
+        return self._where
 
     def path(self, name: str) -> Any:
         return self._jvm.org.apache.hadoop.fs.Path(self._root, name)
@@ -48,26 +151,45 @@ class CheckpointDir:
             stream.close()
 
     def write_once(self, name: str, text: str) -> None:
-        """Write the file unless it exists. Written whole to a temporary file first, then renamed, so
-        a reader never finds half a file; an existing file is kept (the callers write the same text
-        again only when Spark replays the batch that wrote it)."""
+        """Write the file unless it exists, so that a reader never finds half a file: on a file
+        system, whole to a temporary file first, then renamed; on an object store, in place (the
+        object appears when its stream closes). An existing file is kept (the callers write the same
+        text again only when Spark replays the batch that wrote it)."""
         path = self.path(name)
         if self._fs.exists(path):
             return
+        if self._object_store:
+            self._write(path, text)
+            return
         temporary = self.path(f"{name}.tmp")
-        stream = self._fs.create(temporary, True)
-        try:
-            stream.write(bytearray(text.encode()))
-            stream.hsync()
-        finally:
-            stream.close()
+        self._write(temporary, text)
         if not self._fs.rename(temporary, path):
             raise OSError(f"could not rename {temporary} to {path}")
 
     def replace(self, name: str, text: str) -> None:
-        """Write the file whole, in place of whatever is there (through a temporary file and a rename)."""
+        """Write the file whole, in place of whatever is there (on a file system through a temporary
+        file and a rename; on an object store one write replaces the object at once)."""
+        if self._object_store:
+            self._write(self.path(name), text)
+            return
         self.delete(name)
         self.write_once(name, text)
+
+    def _write(self, path: Any, text: str) -> None:
+        stream = self._fs.create(path, True)
+        try:
+            stream.write(bytearray(text.encode()))
+            if stream.hasCapability("hsync"):  # an object store has no sync: its close publishes
+                stream.hsync()
+        finally:
+            stream.close()
+
+    def holds_anything(self) -> bool:
+        return bool(self._fs.exists(self._root)) and len(self._fs.listStatus(self._root)) > 0
+
+    def remove_all(self) -> None:
+        if self._fs.exists(self._root):
+            self._fs.delete(self._root, True)
 
     def has_entries(self, name: str) -> bool:
         """Whether the directory `name` exists and holds anything (Spark's `offsets`, say)."""

@@ -27,3 +27,7 @@ class SchemaRefused(ExecutionGraphError):
 
 class GraphStateLost(ExecutionGraphError):
     """A closing graph's checkpoint lacks the state of its last committed batch."""
+
+
+class CheckpointsUnreachable(ExecutionGraphError):
+    """The checkpoint root cannot be listed or written (an S3 endpoint down, wrong keys, no bucket)."""

@@ -34,15 +34,27 @@ CONNECTOR_ARTIFACTS = (
 # in compose/spark-connector/pom.xml.
 AVRO_VERSION = "4.1.1"
 COMPLETE_MARKER = ".complete"  # written last by a fetch: a directory without it is unfinished
+# Hadoop's S3 client, for a checkpoint root on s3a://: hadoop-aws at the version of the Hadoop client
+# the pyspark wheel ships, with the AWS SDK bundle (about 690 MB) and the stream reader it declares.
+# Loaded only by a session whose checkpoints are on an object store. Fetched with compose/hadoop-aws/pom.xml.
+OBJECT_STORE_ARTIFACTS = ("hadoop-aws", "bundle", "analyticsaccelerator-s3")
 
 
 def local_connector_jars(jar_cache: Path) -> list[Path] | None:
     """The connector's jars if a complete fetch left all of them in `jar_cache`, else None. Never fetches."""
-    dest = connector_dir(jar_cache)
+    return _complete(connector_dir(jar_cache), CONNECTOR_ARTIFACTS)
+
+
+def local_object_store_jars(jar_cache: Path) -> list[Path] | None:
+    """Hadoop's S3 client's jars if a complete fetch left them in `jar_cache`, else None. Never fetches."""
+    return _complete(object_store_dir(jar_cache), OBJECT_STORE_ARTIFACTS)
+
+
+def _complete(dest: Path, artifacts: tuple[str, ...]) -> list[Path] | None:
     if not (dest / COMPLETE_MARKER).is_file():
         return None
     jars: list[Path] = []
-    for artifact in CONNECTOR_ARTIFACTS:
+    for artifact in artifacts:
         # "kafka-clients-3.9.1.jar", not "kafka-clients-test-...": a digit follows the artifact id.
         found = sorted(dest.glob(f"{artifact}-[0-9]*.jar"))
         if not found:
@@ -59,6 +71,25 @@ def connector_package() -> str:
         f"org.apache.spark:{CONNECTOR_ARTIFACTS[0]}:{pyspark_version()},org.apache.spark:spark-avro_2.13:{AVRO_VERSION},"
         f"io.delta:{DELTA_SPARK}:{DELTA_VERSION}"
     )
+
+
+def object_store_package() -> str:
+    """Hadoop's S3 client as Maven coordinates for spark.jars.packages (the AWS SDK follows)."""
+    return f"org.apache.hadoop:hadoop-aws:{hadoop_version()}"
+
+
+def hadoop_version() -> str:
+    """The version of the Hadoop client in the pyspark wheel (hadoop-aws must match it exactly)."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    found = sorted(Path(_find_spark_home(), "jars").glob("hadoop-client-api-[0-9]*.jar"))
+    if not found:
+        raise StackError("the pyspark installation has no hadoop-client-api jar; reinstall pyspark (`make`)")
+    return found[-1].name.removeprefix("hadoop-client-api-").removesuffix(".jar")
+
+
+def object_store_dir(jar_cache: Path) -> Path:
+    return jar_cache / f"hadoop-aws-{hadoop_version()}"
 
 
 def pyspark_version() -> str:

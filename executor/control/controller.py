@@ -32,6 +32,7 @@ from hotswap.contract.ownership import read_owned_windows
 from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.settings import Settings
 from hotswap.contract.source import SourceSpec
+from hotswap.execution_graph.checkpoint import root_files
 from hotswap.execution_graph.errors import QueryRejected, SchemaRefused
 from hotswap.execution_graph.schemas import resolve
 from hotswap.executor.control.admission import Analyser, basis_for, not_validated_in_time, on_own_thread
@@ -110,7 +111,9 @@ class Executor:
         self._retention = Retention(
             settings.pipeline, journal, self.graphs, Topics(settings.kafka, settings.pipeline, settings.timeouts)
         )
-        self._journal_seen = JournalSeen(settings.control)  # the journal's version, kept beside the checkpoints
+        # The namespace's own files at its checkpoints' root: the journal's version seen.
+        self._checkpoints = root_files(settings.names.checkpoint_root, spark)
+        self._journal_seen = JournalSeen(self._checkpoints)
 
     def spark_queries(self) -> list[StreamingQuery]:
         """The service graph's and the execution graphs' Spark queries, live or dead."""
@@ -123,7 +126,7 @@ class Executor:
         source = self._resolved_source()
         self._lease.acquire(self.settings.lease_wait.s)
         try:
-            claim(self._redis, self.settings.control, self._topics, self._lease.token, source)
+            claim(self._redis, self.settings.control, self._topics, self._checkpoints, self._lease.token, source)
         except Exception:
             self._lease.release()
             raise

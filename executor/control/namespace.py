@@ -14,10 +14,7 @@ what the checkpoints have seen: a recorded cut it lost could otherwise be decide
 
 from __future__ import annotations
 
-import os
-import shutil
 import time
-from pathlib import Path
 
 import redis
 import structlog
@@ -27,6 +24,7 @@ from hotswap.contract.models import NamespaceRecord
 from hotswap.contract.names import Keys
 from hotswap.contract.settings import ControlSettings
 from hotswap.contract.source import SourceSpec
+from hotswap.execution_graph.checkpoint import RootFiles
 from hotswap.executor.control.topics import Topics
 
 log = structlog.get_logger(__name__)
@@ -34,12 +32,11 @@ log = structlog.get_logger(__name__)
 RESET_TIMEOUT_S = 60.0
 
 
-def leftovers(control: ControlSettings, topics: Topics) -> list[str]:
+def leftovers(control: ControlSettings, topics: Topics, checkpoints: RootFiles) -> list[str]:
     """What of the namespace exists outside Redis, in words."""
     found = []
-    root = control.names.checkpoint_root
-    if root.is_dir() and any(root.iterdir()):
-        found.append(f"checkpoints in {root}")
+    if checkpoints.holds_anything():
+        found.append(f"checkpoints in {checkpoints.where}")
     owned = topics.names(control.names.owned_topic_prefix)
     graphs = [t for t in owned if t.startswith(control.names.graph_topic(""))]
     if graphs:
@@ -53,35 +50,29 @@ def has_control_state(client: redis.Redis, keys: Keys) -> bool:
 
 class JournalSeen:
     """The highest journal version this namespace's executors have seen, in a file beside the
-    checkpoints (written atomically: a temporary file, fsync, rename)."""
+    checkpoints (written whole or not at all: see RootFiles.replace)."""
 
     FILE = "journal-version"
 
-    def __init__(self, control: ControlSettings) -> None:
-        self._path: Path = control.names.checkpoint_root / self.FILE
+    def __init__(self, checkpoints: RootFiles) -> None:
+        self._files = checkpoints
         self._written: int | None = None
 
     def read(self) -> int | None:
+        where = f"{self._files.where}/{self.FILE}"
         try:
-            return int(self._path.read_text(encoding="utf-8").strip())
-        except FileNotFoundError:
-            return None
+            text = self._files.read_text(self.FILE)
+            return None if text is None else int(text.strip())
         except (OSError, ValueError) as exc:
             raise ControlStateLost(
-                f"{self._path} cannot be read ({exc}); restore it, or delete it to skip this check once"
+                f"{where} cannot be read ({exc}); restore it, or delete it to skip this check once"
             ) from exc
 
     def note(self, version: int) -> None:
         """Record `version` if it is higher than the last one written (one small write per change)."""
         if self._written is not None and version <= self._written:
             return
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self._path.with_name(f".{self.FILE}.tmp")
-        with temporary.open("w", encoding="utf-8") as out:
-            out.write(f"{version}\n")
-            out.flush()
-            os.fsync(out.fileno())
-        temporary.replace(self._path)
+        self._files.replace(self.FILE, f"{version}\n")
         self._written = version
 
     def check(self, client: redis.Redis, keys: Keys) -> None:
@@ -98,12 +89,19 @@ class JournalSeen:
         self._written = held
 
 
-def claim(client: redis.Redis, control: ControlSettings, topics: Topics, holder: str, source: SourceSpec) -> None:
+def claim(
+    client: redis.Redis,
+    control: ControlSettings,
+    topics: Topics,
+    checkpoints: RootFiles,
+    holder: str,
+    source: SourceSpec,
+) -> None:
     """Make sure the namespace has its record (a new namespace's records how it reads `source`), or
     refuse to start if its control state was lost."""
     keys = Keys(control.namespace)
     if client.exists(keys.namespace_record):
-        JournalSeen(control).check(client, keys)
+        JournalSeen(checkpoints).check(client, keys)
         return
     if has_control_state(client, keys):
         raise ControlStateLost(
@@ -111,7 +109,7 @@ def claim(client: redis.Redis, control: ControlSettings, topics: Topics, holder:
             "or Redis lost acknowledged writes); nothing was started. Bring back the Redis that has it, or start "
             "over with `hotswap run --reset-namespace --query FILE`"
         )
-    found = leftovers(control, topics)
+    found = leftovers(control, topics, checkpoints)
     if found:
         raise ControlStateLost(
             f"namespace {control.namespace!r} has {' and '.join(found)}, but Redis holds no control state for "
@@ -122,7 +120,9 @@ def claim(client: redis.Redis, control: ControlSettings, topics: Topics, holder:
     client.set(keys.namespace_record, record.model_dump_json(), nx=True)
 
 
-def reset(client: redis.Redis, control: ControlSettings, topics: Topics, lease_token: str) -> list[str]:
+def reset(
+    client: redis.Redis, control: ControlSettings, topics: Topics, checkpoints: RootFiles, lease_token: str
+) -> list[str]:
     """Remove the namespace's Redis keys, checkpoints and owned topics (not the source or results
     topic), under the namespace's lease, which the caller holds (`lease_token`): the lease key stays,
     so no executor can start on the namespace until the caller releases it. Returns what was
@@ -141,10 +141,9 @@ def reset(client: redis.Redis, control: ControlSettings, topics: Topics, lease_t
     if redis_keys:
         client.delete(*redis_keys)
         removed.append(f"{len(redis_keys)} Redis key(s)")
-    root = control.names.checkpoint_root
-    if root.exists():
-        shutil.rmtree(root)
-        removed.append(f"checkpoints in {root}")
+    if checkpoints.holds_anything():
+        checkpoints.remove_all()
+        removed.append(f"checkpoints in {checkpoints.where}")
     owned = topics.names(control.names.owned_topic_prefix)
     for topic in owned:
         topics.delete(topic)

@@ -23,7 +23,13 @@ from pyspark.sql import functions as F
 
 from hotswap.contract.settings import SparkSettings
 from hotswap.executor.errors import SparkConnectUnsupported
-from hotswap.executor.spark_connector import connector_package, local_connector_jars, pyspark_version
+from hotswap.executor.spark_connector import (
+    connector_package,
+    local_connector_jars,
+    local_object_store_jars,
+    object_store_package,
+    pyspark_version,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -183,22 +189,60 @@ def session_conf(settings: SparkSettings) -> dict[str, str]:
         "spark.driver.memory": settings.spark_driver_memory,
         **connector_conf(settings),
         **(DELTA_CONF if settings.delta_lake else {}),
+        **object_store_conf(settings),
         **settings.spark_conf,  # last: settings override every default
     }
 
 
 def connector_conf(settings: SparkSettings) -> dict[str, str]:
-    """The Spark conf that adds the Kafka connector, which the pyspark wheel does not ship."""
+    """The Spark conf that adds the Kafka connector, which the pyspark wheel does not ship, and
+    Hadoop's S3 client when the checkpoints are on an object store."""
     # Jars that `hotswap stack fetch` left in the jars directory come first: copied there, they let
-    # an air-gapped machine run. Otherwise Spark resolves the connector from Maven Central itself
-    # (Ivy), so running needs Java and Python but no Maven; its Ivy cache stays under home.
-    jars = local_connector_jars(settings.jar_cache)
-    if jars is not None:
-        log.info("spark.kafka_connector", jars=str(jars[0].parent))
-        return {"spark.jars": ",".join(str(jar) for jar in jars)}
-    package, ivy = connector_package(), settings.home_dir.expanduser().resolve() / "ivy"
-    log.info("spark.kafka_connector", package=package, ivy=str(ivy))
-    return {"spark.jars.packages": package, "spark.jars.ivy": str(ivy)}
+    # an air-gapped machine run. Otherwise Spark resolves them from Maven Central itself (Ivy), so
+    # running needs Java and Python but no Maven; its Ivy cache stays under home.
+    jars: list[Path] = []
+    packages: list[str] = []
+    connector = local_connector_jars(settings.jar_cache)
+    if connector is None:
+        packages.append(connector_package())
+    else:
+        jars += connector
+    if settings.object_store:
+        s3 = local_object_store_jars(settings.jar_cache)
+        if s3 is None:
+            packages.append(object_store_package())
+        else:
+            jars += s3
+    conf: dict[str, str] = {}
+    if jars:
+        log.info("spark.connector", jars=str(jars[0].parent))
+        conf["spark.jars"] = ",".join(str(jar) for jar in jars)
+    if packages:
+        ivy = settings.home_dir.expanduser().resolve() / "ivy"
+        log.info("spark.connector", packages=packages, ivy=str(ivy))
+        conf |= {"spark.jars.packages": ",".join(packages), "spark.jars.ivy": str(ivy)}
+    return conf
+
+
+def object_store_conf(settings: SparkSettings) -> dict[str, str]:
+    """Hadoop's S3 client settings for a checkpoint root on s3a:// (none otherwise)."""
+    if not settings.object_store:
+        return {}
+    s3a = "spark.hadoop.fs.s3a."
+    conf = {s3a + "endpoint.region": settings.s3_region}
+    if settings.s3_endpoint is not None:
+        conf[s3a + "endpoint"] = settings.s3_endpoint
+        conf[s3a + "connection.ssl.enabled"] = str(settings.s3_endpoint.startswith("https://")).lower()
+    path_style = settings.s3_path_style if settings.s3_path_style is not None else settings.s3_endpoint is not None
+    conf[s3a + "path.style.access"] = str(path_style).lower()
+    if settings.s3_access_key is not None and settings.s3_secret_key is not None:
+        # Spark redacts conf keys that name a secret or an access key from its UI and logs.
+        conf |= {
+            s3a + "aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+            s3a + "access.key": settings.s3_access_key.get_secret_value(),
+            s3a + "secret.key": settings.s3_secret_key.get_secret_value(),
+        }
+    return conf
 
 
 def build_spark_session(settings: SparkSettings) -> SparkSession:

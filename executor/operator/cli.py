@@ -8,7 +8,7 @@ import signal
 import threading
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
@@ -20,6 +20,10 @@ from hotswap.executor.logs import configure_logging
 from hotswap.executor.operator.failures import operator_errors
 from hotswap.executor.operator.render import console, iso, render_diff, render_history, render_plan, render_status
 from hotswap.executor.operator.stack_cli import stack_app
+
+if TYPE_CHECKING:  # heavy imports, made only by the commands that run Spark
+    from pyspark.sql import SparkSession
+    from redis import Redis
 
 E = TypeVar("E", bound=StrEnum)
 EXIT_CODES = (
@@ -171,6 +175,7 @@ def run(
     lost lease or control state, the service graph failing for good, a port or setting refused); 2 a usage error.
     """
     from hotswap.contract.names import Keys
+    from hotswap.execution_graph.checkpoint import check_checkpoints
     from hotswap.execution_graph.source import load_query_source
     from hotswap.executor.control.controller import Executor
     from hotswap.executor.control.durability import check_durability
@@ -211,42 +216,24 @@ def run(
     client = redis_client(settings.control, report_outages=True)
     check_durability(client, settings.control)  # before Spark starts: a Redis that may lose a cut is refused at once
     Lease(client, Keys(settings.namespace).lease, settings.lease_ttl.ms).wait_until_free(settings.lease_wait.s)
-    if reset_namespace:
-        from hotswap.executor.control.namespace import reset
-        from hotswap.executor.control.topics import Topics
-
-        table = settings.pipeline.sink
-        # A table is the user's: it is kept, and the windows computed again land in it once more.
-        kept = (
-            f" The rows already in {table} stay: empty it first, or every window computed again is written over "
-            "its row (postgres) or appended beside it (delta)."
-            if table.is_table
-            else ""
+    if reset_namespace and not yes:
+        typer.confirm(
+            f"Remove every Redis key, checkpoint and hotswap.{settings.namespace}.* topic of namespace "
+            f"{settings.namespace!r}? It starts over from the first offset of {settings.source_topic}."
+            f"{_table_kept(settings)}",
+            abort=True,
         )
-        if not yes:
-            typer.confirm(
-                f"Remove every Redis key, checkpoint and hotswap.{settings.namespace}.* topic of namespace "
-                f"{settings.namespace!r}? It starts over from the first offset of {settings.source_topic}.{kept}",
-                abort=True,
-            )
-        # Under the lease: an executor starting meanwhile waits, and never finds half a namespace.
-        lease = Lease(client, Keys(settings.namespace).lease, settings.lease_ttl.ms)
-        lease.acquire(settings.lease_wait.s)
-        topics = Topics(settings.kafka, settings.pipeline, settings.timeouts)
-        try:
-            removed = reset(client, settings.control, topics, lease.token)
-            lease.check()  # still ours throughout: nobody else can have started on the namespace
-        finally:
-            topics.close()
-            lease.release()
-        console.print(f"namespace {settings.namespace} reset: removed {', '.join(removed) or 'nothing'}.{kept}")
+    # Before the reset: checkpoints on an object store are removed through Spark's Hadoop client.
     spark = build_spark_session(settings.spark)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    executor = Executor(settings, spark, client)
     monitor = None
     try:
+        check_checkpoints(settings.names.checkpoint_root, spark)
+        if reset_namespace:
+            _reset_namespace(settings, client, spark)
+        executor = Executor(settings, spark, client)
         if settings.metrics_port is not None:
             from hotswap.executor.operator.web import start_monitor
 
@@ -262,6 +249,42 @@ def run(
         if monitor is not None:
             monitor.stop()
         spark.stop()
+
+
+def _table_kept(settings: Settings) -> str:
+    """What --reset-namespace leaves: a table sink is the user's, and the windows computed again land
+    in it once more."""
+    table = settings.pipeline.sink
+    if not table.is_table:
+        return ""
+    return (
+        f" The rows already in {table} stay: empty it first, or every window computed again is written over "
+        "its row (postgres) or appended beside it (delta)."
+    )
+
+
+def _reset_namespace(settings: Settings, client: Redis, spark: SparkSession) -> None:
+    """Remove the namespace's Redis keys, checkpoints and owned topics, under its lease: an executor
+    starting meanwhile waits, and never finds half a namespace."""
+    from hotswap.contract.names import Keys
+    from hotswap.execution_graph.checkpoint import root_files
+    from hotswap.executor.control.lease import Lease
+    from hotswap.executor.control.namespace import reset
+    from hotswap.executor.control.topics import Topics
+
+    lease = Lease(client, Keys(settings.namespace).lease, settings.lease_ttl.ms)
+    lease.acquire(settings.lease_wait.s)
+    topics = Topics(settings.kafka, settings.pipeline, settings.timeouts)
+    try:
+        checkpoints = root_files(settings.names.checkpoint_root, spark)
+        removed = reset(client, settings.control, topics, checkpoints, lease.token)
+        lease.check()  # still ours throughout: nobody else can have started on the namespace
+    finally:
+        topics.close()
+        lease.release()
+    console.print(
+        f"namespace {settings.namespace} reset: removed {', '.join(removed) or 'nothing'}.{_table_kept(settings)}"
+    )
 
 
 # -- submit / abort / status --------------------------------------------------------------------

@@ -37,7 +37,17 @@ def stack_up(
 
 @stack_app.command("fetch")
 @operator_errors
-def stack_fetch(ctx: typer.Context) -> None:
+def stack_fetch(
+    ctx: typer.Context,
+    object_store: Annotated[
+        bool,
+        typer.Option(
+            "--object-store",
+            help="Also fetch Hadoop's S3 client (hadoop-aws and the AWS SDK, about 690 MB), which a checkpoint "
+            "root on s3a:// needs; fetched anyway when checkpoint_root is one.",
+        ),
+    ] = False,
+) -> None:
     """Fetch the embedded broker's and Spark's Kafka connector jars with Maven, and dump Spark's class-data
     archive (once; later calls are instant).
 
@@ -46,12 +56,16 @@ def stack_fetch(ctx: typer.Context) -> None:
     archive starts its session in about 5 s instead of 8 (docs/performance.md)."""
     from hotswap.executor.control.spark_session import archive_classes
     from hotswap.executor.stack import EmbeddedStack
+    from hotswap.executor.stack.jars import fetch_object_store_jars
 
     settings = ctx.obj.settings()
     stack = EmbeddedStack(settings.stack, settings.kafka)
     typer.echo(f"kafka broker jars: {stack.kafka_jars()}")
     connector = stack.spark_connector_jars()
     typer.echo(f"spark connector jars: {len(connector)} in {connector[0].parent}")
+    if object_store or settings.spark.object_store:
+        s3 = fetch_object_store_jars(settings.jar_cache)
+        typer.echo(f"hadoop s3 client jars: {len(s3)} in {s3[0].parent}")
     archive = archive_classes(settings.spark)
     typer.echo(f"spark class-data archive: {archive or 'none (drivers start without one)'}")
 

@@ -1,4 +1,5 @@
-"""Jars from Maven Central: the embedded Kafka broker's, and Spark's Kafka connector.
+"""Jars from Maven Central: the embedded Kafka broker's, Spark's Kafka connector, and Hadoop's S3
+client (for checkpoints on s3a://).
 
 Both are resolved with Maven from the POMs in `compose/` into `settings.jar_cache` (`<home>/jars`
 unless `HOTSWAP_JARS_DIR` says otherwise), once: a directory counts only once it holds the
@@ -22,8 +23,12 @@ from hotswap.executor.errors import StackError
 from hotswap.executor.spark_connector import (
     COMPLETE_MARKER,
     CONNECTOR_ARTIFACTS,
+    OBJECT_STORE_ARTIFACTS,
     connector_dir,
+    hadoop_version,
     local_connector_jars,
+    local_object_store_jars,
+    object_store_dir,
     pyspark_version,
 )
 from hotswap.executor.stack.process import last_line, locked
@@ -33,6 +38,7 @@ log = structlog.get_logger(__name__)
 COMPOSE_DIR = Path(__file__).resolve().parent.parent.parent / "compose"
 KAFKA_POM_DIR = COMPOSE_DIR / "kafka"
 CONNECTOR_POM_DIR = COMPOSE_DIR / "spark-connector"
+OBJECT_STORE_POM_DIR = COMPOSE_DIR / "hadoop-aws"
 # Sends the GCS mirror that Spark's parent POM lists to Maven Central (see the file).
 MAVEN_SETTINGS = COMPOSE_DIR / "maven-settings.xml"
 KAFKA_FALLBACK_VERSION = "4.1.1"
@@ -60,6 +66,18 @@ def fetch_connector_jars(jar_cache: Path) -> list[Path]:
     jars = local_connector_jars(jar_cache)
     if jars is None:
         raise StackError(f"{dest} lacks some of {', '.join(CONNECTOR_ARTIFACTS)}; delete it and retry to fetch again")
+    return jars
+
+
+def fetch_object_store_jars(jar_cache: Path) -> list[Path]:
+    """Hadoop's S3 client's jars at the pyspark wheel's Hadoop version, fetched on first use."""
+    dest = object_store_dir(jar_cache)
+    _fetch(OBJECT_STORE_POM_DIR, dest, [f"-Dhadoop.version={hadoop_version()}"], "Hadoop S3 client")
+    jars = local_object_store_jars(jar_cache)
+    if jars is None:
+        raise StackError(
+            f"{dest} lacks some of {', '.join(OBJECT_STORE_ARTIFACTS)}; delete it and retry to fetch again"
+        )
     return jars
 
 

@@ -13,6 +13,7 @@ from hotswap.contract.errors import ControlStateLost
 from hotswap.contract.models import NamespaceRecord
 from hotswap.contract.names import Keys
 from hotswap.contract.settings import Settings
+from hotswap.execution_graph.checkpoint import LocalDir
 from hotswap.executor.control.namespace import JournalSeen, claim
 from hotswap.executor.control.topics import Topics
 from tests.component.fakes import FakeTopics
@@ -30,25 +31,30 @@ def namespace(tmp_path: Path, journal_version: int) -> tuple[Settings, fakeredis
     return settings, client, keys
 
 
+def files(settings: Settings) -> LocalDir:
+    """The namespace's checkpoint root on the local disk (a store's is reached through Spark)."""
+    return LocalDir(Path(settings.names.checkpoint_root))
+
+
 def test_a_redis_whose_journal_is_older_than_the_checkpoints_have_seen_is_refused(tmp_path: Path) -> None:
     settings, client, _ = namespace(tmp_path, journal_version=5)
-    JournalSeen(settings.control).note(9)  # an executor saw 9 writes, then Redis came back from an older snapshot
+    JournalSeen(files(settings)).note(9)  # an executor saw 9 writes, then Redis came back from an older snapshot
     with pytest.raises(ControlStateLost, match=r"Redis holds version 5 .* its checkpoints have seen version 9"):
-        claim(client, settings.control, cast(Topics, FakeTopics()), "me", DEMO_SOURCE)
+        claim(client, settings.control, cast(Topics, FakeTopics()), files(settings), "me", DEMO_SOURCE)
 
 
 def test_a_redis_that_kept_every_write_is_taken_and_later_versions_are_noted(tmp_path: Path) -> None:
     settings, client, _ = namespace(tmp_path, journal_version=9)
-    JournalSeen(settings.control).note(9)
-    claim(client, settings.control, cast(Topics, FakeTopics()), "me", DEMO_SOURCE)
-    seen = JournalSeen(settings.control)
+    JournalSeen(files(settings)).note(9)
+    claim(client, settings.control, cast(Topics, FakeTopics()), files(settings), "me", DEMO_SOURCE)
+    seen = JournalSeen(files(settings))
     seen.note(12)
     seen.note(11)  # never backwards
-    assert JournalSeen(settings.control).read() == 12
-    assert not list(settings.names.checkpoint_root.glob(".*.tmp"))  # written by rename
+    assert JournalSeen(files(settings)).read() == 12
+    assert not list(Path(settings.names.checkpoint_root).glob(".*.tmp"))  # written by rename
 
 
 def test_a_namespace_without_the_file_is_taken(tmp_path: Path) -> None:
     settings, client, _ = namespace(tmp_path, journal_version=3)
-    claim(client, settings.control, cast(Topics, FakeTopics()), "me", DEMO_SOURCE)
-    assert JournalSeen(settings.control).read() is None
+    claim(client, settings.control, cast(Topics, FakeTopics()), files(settings), "me", DEMO_SOURCE)
+    assert JournalSeen(files(settings)).read() is None

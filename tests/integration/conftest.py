@@ -28,6 +28,7 @@ from tests.conftest import wait_until
 from tests.integration.harness import JARS, REPO, namespace_settings
 from tests.integration.oracle import KEEP_EVERY_BATCH
 from tests.integration.postgres import PostgresServer
+from tests.integration.s3proxy import S3Proxy
 
 TEST_STACK_HOME = REPO / ".hotswap" / "test-stack"
 KAFKA_PORT, KAFKA_CONTROLLER_PORT, REDIS_PORT = 19092, 19093, 16379
@@ -153,6 +154,14 @@ def postgres() -> Iterator[PostgresServer]:
     server.start()
     yield server
     server.remove()
+
+
+@pytest.fixture(scope="session")
+def s3proxy() -> Iterator[S3Proxy]:
+    """One S3 server (s3proxy on its filesystem backend) for the session, started by the first test that asks."""
+    server = S3Proxy(JARS).start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

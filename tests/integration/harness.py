@@ -335,6 +335,13 @@ def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
         values["SINK_URL"] = settings.sink_url.get_secret_value()
     if settings.topic_min_insync_replicas is not None:
         values["TOPIC_MIN_INSYNC_REPLICAS"] = str(settings.topic_min_insync_replicas)
+    if settings.checkpoint_root is not None:
+        values["CHECKPOINT_ROOT"] = settings.checkpoint_root
+    if settings.s3_endpoint is not None:
+        values["S3_ENDPOINT"] = settings.s3_endpoint
+    if settings.s3_access_key is not None and settings.s3_secret_key is not None:
+        values["S3_ACCESS_KEY"] = settings.s3_access_key.get_secret_value()
+        values["S3_SECRET_KEY"] = settings.s3_secret_key.get_secret_value()
     env.update({f"HOTSWAP_{k}": v for k, v in values.items()})
     env.update(extra)
     env["PYSPARK_PYTHON"] = sys.executable

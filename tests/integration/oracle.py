@@ -41,6 +41,7 @@ from hotswap.contract.journal import SwapRecord
 from hotswap.contract.settings import Settings
 from hotswap.service_sink.audit import Result, read_topic_records
 from tests.conftest import wait_until
+from tests.integration.s3proxy import local_copy
 
 EventId = tuple[int, int]  # (source partition, offset)
 
@@ -108,7 +109,7 @@ def event_ids(settings: Settings, topic: str) -> set[EventId]:
 def batch_ends(settings: Settings, batch_id: int) -> dict[int, int]:
     """The end offsets (exclusive) of one service-graph batch in the source, from Spark's offset log:
     a version line, the batch metadata, then one line of offsets per source."""
-    lines = (settings.names.service_checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+    lines = (local_copy(settings.names.service_checkpoint) / "offsets" / str(batch_id)).read_text().splitlines()
     return {int(p): int(o) for p, o in json.loads(lines[2])[settings.source_topic].items()}
 
 
@@ -119,7 +120,7 @@ class ServiceBatches:
     starts where N-1 ended. The tests' Spark sessions keep every entry (minBatchesToRetain)."""
 
     def __init__(self, settings: Settings) -> None:
-        directory = settings.names.service_checkpoint / "offsets"
+        directory = local_copy(settings.names.service_checkpoint) / "offsets"
         ids = [int(path.name) for path in directory.iterdir() if path.name.isdigit()]
         self._ends = {batch_id: batch_ends(settings, batch_id) for batch_id in ids}
         self._order = sorted(self._ends)
@@ -234,7 +235,7 @@ def horizon(on_time: Iterable[SourceEvent], lateness_ms: int) -> int:
 
 def routed_everything(settings: Settings, source_ends: dict[int, int]) -> bool:
     """Spark's logs say the service graph committed a batch that ends at the source's end."""
-    checkpoint = settings.names.service_checkpoint
+    checkpoint = local_copy(settings.names.service_checkpoint)
     committed = [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*") if p.name.isdigit()]
     if not committed:
         return not any(source_ends.values())

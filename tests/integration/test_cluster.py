@@ -3,10 +3,11 @@
 `hotswap run --spark-master spark://...` runs as its own process, the Spark driver of an
 application whose tasks run in two executor JVMs, one per worker. Three swaps under load must keep
 every invariant, checked against the same offline recomputation as on local Spark (test_swap.py).
-Checkpoints stay on the local file system, which the driver and both executors share here; on a
-cluster of several machines the checkpoint root must be a store they all see (README, "Running on
-a cluster"). The graphs run on the closing engine over a source of four partitions, so each graph's
-topic has four, each read by a task of its own.
+The checkpoints are on an S3 API (s3proxy, tests/integration/s3proxy.py), as on a cluster of several
+machines, whose checkpoint root must be a store they all see: the driver and both executors write
+them through Hadoop's S3 client, and the oracle reads Spark's offset logs from s3proxy's files.
+The graphs run on the closing engine over a source of four partitions, so each graph's topic has
+four, each read by a task of its own.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from hotswap.executor.operator.client import Client
 from tests.conftest import wait_until
 from tests.integration.harness import ExecutorProcess, changed
 from tests.integration.oracle import KEEP_EVERY_BATCH
+from tests.integration.s3proxy import ACCESS_KEY, SECRET_KEY, S3Proxy, local_copy
 from tests.integration.scenarios import COUNT_10S, assert_three_swaps_keep_every_invariant, three_swaps_under_load
 from tests.integration.spark_cluster import EXECUTOR_CONF, WORKER_UI_PORTS, StandaloneCluster
 
@@ -53,16 +55,24 @@ def tail(path: Path, lines: int = 40) -> str:
 def read_partitions(settings: Settings, query_id: str, topic: str) -> dict[str, int]:
     """The end offset of each partition of its topic that the graph's last planned batch read
     (Spark's offset log: a line of version, a line of metadata, then one line per source)."""
-    offsets = settings.names.graph_checkpoint(query_id) / "offsets"
+    offsets = local_copy(settings.names.graph_checkpoint(query_id)) / "offsets"
     last = max(int(p.name) for p in offsets.iterdir() if p.name.isdigit())
     sources = [json.loads(line) for line in (offsets / str(last)).read_text().splitlines()[2:]]
     return {p: int(o) for source in sources for p, o in source.get(topic, {}).items()}
 
 
 def test_three_swaps_on_a_standalone_cluster_keep_every_invariant(
-    settings: Settings, control: redis.Redis, spark_cluster: StandaloneCluster, tmp_path: Path
+    settings: Settings, control: redis.Redis, spark_cluster: StandaloneCluster, s3proxy: S3Proxy, tmp_path: Path
 ) -> None:
-    settings = changed(settings, graph_engine="closing", source_partitions=4)
+    settings = changed(
+        settings,
+        graph_engine="closing",
+        source_partitions=4,
+        checkpoint_root=f"{s3proxy.bucket('checkpoints')}/cluster-test",
+        s3_endpoint=s3proxy.endpoint,
+        s3_access_key=ACCESS_KEY,
+        s3_secret_key=SECRET_KEY,
+    )
     client = Client(settings.control, settings.kafka, settings.pipeline, control)
     conf = {**KEEP_EVERY_BATCH, **EXECUTOR_CONF}
     executor = ExecutorProcess(
@@ -88,6 +98,11 @@ def test_three_swaps_on_a_standalone_cluster_keep_every_invariant(
         executor.stop()
 
     assert_three_swaps_keep_every_invariant(settings, client, run)
+    # Every checkpoint, and hotswap's own files beside them, went to the S3 server, none to the local disk.
+    stored = local_copy(settings.names.checkpoint_root)
+    assert (stored / "journal-version").is_file()
+    assert sorted(path.name for path in stored.iterdir() if path.name.startswith("graph-")) != []
+    assert not (settings.home / "checkpoints").exists()
     # Tasks ran in the executor JVMs that both workers launched, not in the driver.
     worked = {
         path.relative_to(spark_cluster.root).parts[0]

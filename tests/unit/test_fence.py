@@ -19,6 +19,7 @@ from hotswap.contract.journal import Also, IllegalTransition, Journal, SwapPhase
 from hotswap.contract.models import GraphRecord, NamespaceRecord, QueryKind, QuerySource, new_spark_query_id
 from hotswap.contract.names import Keys
 from hotswap.contract.settings import Settings
+from hotswap.execution_graph.checkpoint import LocalDir
 from hotswap.execution_graph.errors import GraphStartFailed
 from hotswap.execution_graph.graph import claim_checkpoint
 from hotswap.executor.control.lease import Lease, holder_is_dead, process_space
@@ -74,32 +75,34 @@ def test_a_flushed_redis_is_detected_and_not_written_to() -> None:
 
 def test_a_namespace_with_checkpoints_but_no_control_state_is_refused(tmp_path: Path) -> None:
     settings = Settings(namespace="unit", home=tmp_path)
-    settings.names.service_checkpoint.mkdir(parents=True)
+    Path(settings.names.service_checkpoint).mkdir(parents=True)
+    checkpoints = LocalDir(Path(settings.names.checkpoint_root))
     client = fakeredis.FakeRedis()
     with pytest.raises(ControlStateLost, match="--reset-namespace"):
-        claim(client, settings.control, NoTopics(), "host:1:a", DEMO_SOURCE)  # type: ignore[arg-type]
+        claim(client, settings.control, NoTopics(), checkpoints, "host:1:a", DEMO_SOURCE)  # type: ignore[arg-type]
     assert not client.exists(KEYS.namespace_record)
     with pytest.raises(LeaseLost):  # only under the namespace's lease
-        reset(client, settings.control, NoTopics(), "host:1:a")  # type: ignore[arg-type]
-    assert settings.names.service_checkpoint.exists()
+        reset(client, settings.control, NoTopics(), checkpoints, "host:1:a")  # type: ignore[arg-type]
+    assert Path(settings.names.service_checkpoint).exists()
     client.set(KEYS.lease, "host:1:a")
     client.set(KEYS.current, "{}")
-    assert reset(client, settings.control, NoTopics(), "host:1:a") == [  # type: ignore[arg-type]
+    assert reset(client, settings.control, NoTopics(), checkpoints, "host:1:a") == [  # type: ignore[arg-type]
         "1 Redis key(s)",
         f"checkpoints in {settings.names.checkpoint_root}",
     ]
     assert client.get(KEYS.lease) == b"host:1:a"  # kept: nobody starts before the reset lets go
-    claim(client, settings.control, NoTopics(), "host:1:a", DEMO_SOURCE)  # type: ignore[arg-type]
+    claim(client, settings.control, NoTopics(), checkpoints, "host:1:a", DEMO_SOURCE)  # type: ignore[arg-type]
     record = NamespaceRecord.model_validate_json(client.get(KEYS.namespace_record) or b"")
     assert (record.created_by, record.source) == ("host:1:a", DEMO_SOURCE)
 
 
 def test_a_namespace_whose_record_is_gone_but_not_its_journal_is_refused(tmp_path: Path) -> None:
     settings = Settings(namespace="unit", home=tmp_path)
+    checkpoints = LocalDir(Path(settings.names.checkpoint_root))
     client = fakeredis.FakeRedis()
     client.set(KEYS.current, '{"query_id": "a", "started_at": 1}')
     with pytest.raises(ControlStateLost, match=r"not its record.*--reset-namespace"):
-        claim(client, settings.control, NoTopics(), "host:1:a", DEMO_SOURCE)  # type: ignore[arg-type]
+        claim(client, settings.control, NoTopics(), checkpoints, "host:1:a", DEMO_SOURCE)  # type: ignore[arg-type]
     assert not client.exists(KEYS.namespace_record)
 
 

@@ -78,7 +78,26 @@ def test_names_are_derived_from_the_namespace() -> None:
     settings = Settings(namespace="prod")
     assert settings.names.graph_topic("q1") == "hotswap.prod.graph.q1"
     assert settings.names.late_topic == "hotswap.prod.late"
-    assert settings.names.service_checkpoint.parts[-2:] == ("prod", "service")
+    assert Path(settings.names.service_checkpoint).parts[-2:] == ("prod", "service")
+
+
+def test_a_checkpoint_root_is_a_directory_or_an_s3a_uri_with_the_namespace_below_it(tmp_path: Path) -> None:
+    local = Settings(namespace="prod", checkpoint_root=str(tmp_path / "ck"))
+    assert local.names.service_checkpoint == str(tmp_path / "ck" / "prod" / "service")
+    assert local.names.local_checkpoint_root == tmp_path / "ck" / "prod"
+    assert not local.spark.object_store
+    store = Settings(namespace="prod", checkpoint_root="s3a://bucket/streams/")
+    assert store.names.graph_checkpoint("q1") == "s3a://bucket/streams/prod/graph-q1"
+    assert store.names.local_checkpoint_root is None
+    assert store.spark.object_store
+    with pytest.raises(ConfigError, match=r"s3a://bucket/prefix \(Hadoop's S3 client is s3a://\)"):
+        load_settings(checkpoint_root="s3://bucket/x")
+    with pytest.raises(ConfigError, match="names no bucket"):
+        load_settings(checkpoint_root="s3a:///x")
+    with pytest.raises(ConfigError, match="a local directory or s3a://"):
+        load_settings(checkpoint_root="hdfs://nn/x")
+    with pytest.raises(ConfigError, match="go together"):
+        load_settings(checkpoint_root="s3a://b/x", s3_access_key="k")
 
 
 def test_replication_of_hotswaps_topics_must_leave_writes_possible() -> None:

@@ -16,9 +16,16 @@ import psutil
 import pytest
 
 from hotswap.contract.settings import Settings
-from hotswap.executor.control.spark_session import connector_conf
+from hotswap.executor.control.spark_session import connector_conf, session_conf
 from hotswap.executor.errors import StackError
-from hotswap.executor.spark_connector import AVRO_VERSION, COMPLETE_MARKER, CONNECTOR_ARTIFACTS, DELTA_VERSION
+from hotswap.executor.spark_connector import (
+    AVRO_VERSION,
+    COMPLETE_MARKER,
+    CONNECTOR_ARTIFACTS,
+    DELTA_VERSION,
+    OBJECT_STORE_ARTIFACTS,
+    hadoop_version,
+)
 from hotswap.executor.stack import EmbeddedStack
 from hotswap.executor.stack.kafka import KafkaBroker, cluster_of
 from hotswap.executor.stack.process import (
@@ -165,6 +172,37 @@ def test_spark_resolves_the_connector_itself_without_complete_local_jars(
     ]
     assert Path(conf["spark.jars.ivy"]).is_relative_to(settings.home.resolve())  # not ~/.ivy2
     assert "spark.jars" not in conf
+
+
+def test_checkpoints_on_s3a_load_hadoops_s3_client_and_its_settings(settings: Settings) -> None:
+    store = Settings.model_validate(
+        {
+            **settings.model_dump(),
+            "checkpoint_root": "s3a://bucket/prefix",
+            "s3_endpoint": "http://127.0.0.1:9000",
+            "s3_access_key": "key",
+            "s3_secret_key": "secret",
+        }
+    )
+    connector = _connector_dir(store)
+    _fill(connector, CONNECTOR_ARTIFACTS, complete=True)
+    conf = session_conf(store.spark)
+    # Not fetched: Spark resolves hadoop-aws at the wheel's Hadoop version, beside the local connector jars.
+    assert conf["spark.jars.packages"] == f"org.apache.hadoop:hadoop-aws:{hadoop_version()}"
+    assert conf["spark.jars"].count(",") == len(CONNECTOR_ARTIFACTS) - 1
+    assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9000"
+    assert conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
+    assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"  # the default with an endpoint
+    assert conf["spark.hadoop.fs.s3a.secret.key"] == "secret"
+    s3 = store.jar_cache / f"hadoop-aws-{hadoop_version()}"
+    s3.mkdir()
+    _fill(s3, OBJECT_STORE_ARTIFACTS, complete=True)
+    fetched = session_conf(store.spark)
+    assert "spark.jars.packages" not in fetched
+    assert fetched["spark.jars"].endswith(",".join(str(s3 / f"{a}-1.2.3.jar") for a in OBJECT_STORE_ARTIFACTS))
+    # A local checkpoint root loads none of it.
+    assert not any(key.startswith("spark.hadoop.fs.s3a.") for key in session_conf(settings.spark))
+    assert "hadoop-aws" not in session_conf(settings.spark)["spark.jars"]
 
 
 # -- the state file and recognising our processes --------------------------------------------------
