@@ -175,7 +175,7 @@ class SparkSettings(_Slice):
     # Where checkpoints live, and the S3 API of an s3a:// root (Settings explains each).
     checkpoint_root: str | None
     s3_endpoint: str | None
-    s3_region: str
+    s3_region: str | None
     s3_access_key: SecretStr | None
     s3_secret_key: SecretStr | None
     s3_path_style: bool | None
@@ -331,7 +331,8 @@ class Settings(BaseSettings):
     # s3proxy, Ceph) is named by its URL, e.g. http://127.0.0.1:9000. No keys: the AWS credential
     # chain (environment, profile, instance role).
     s3_endpoint: str | None = None
-    s3_region: str = "us-east-1"
+    # The region requests are signed for. None: the bucket's own on AWS, us-east-1 for another store.
+    s3_region: str | None = None
     s3_access_key: SecretStr | None = None
     s3_secret_key: SecretStr | None = None
     # Path-style addresses (endpoint/bucket/key), which most stores other than AWS need. None: on

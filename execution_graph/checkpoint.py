@@ -1,13 +1,15 @@
-"""hotswap's own files beside Spark's checkpoints, through Hadoop's FileSystem API, so they live
-wherever the checkpoints do: a local directory, a cluster's shared store, or an object store
-(s3a://). A graph's (closing state, claims) and the namespace's (the journal's version seen)."""
+"""hotswap's own files beside Spark's checkpoints, so they live wherever the checkpoints do: a local
+directory, a cluster's shared store, or an object store (s3a://). A graph's (its claim, its closing
+state: CheckpointDir, through Hadoop's FileSystem API) and the namespace's (the journal's version
+seen, the removal of it all: RootFiles)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
@@ -18,7 +20,9 @@ from hotswap.execution_graph.errors import CheckpointsUnreachable
 
 # Stores whose files appear whole when their writer closes them, and whose rename is a copy: a file
 # is written in place there, never through a temporary one.
-OBJECT_STORE_SCHEMES = frozenset({"s3a", "gs", "abfs", "abfss"})
+OBJECT_STORE_SCHEMES = frozenset({"s3a", "gs"})
+PROBE_FILE = ".hotswap-probe"  # written and removed by check_checkpoints; a crash may leave it
+_T = TypeVar("_T")
 
 
 class CheckpointFiles(Protocol):
@@ -45,33 +49,9 @@ class RootFiles(Protocol):
 
     def holds_anything(self) -> bool: ...
 
+    def remove(self, name: str) -> None: ...
+
     def remove_all(self) -> None: ...
-
-
-PROBE_FILE = ".hotswap-probe"
-
-
-def check_checkpoints(location: str, spark: SparkSession) -> None:
-    """Say in one line, before anything starts, that the checkpoint root cannot be reached: a local
-    directory that cannot be made, or a store that refuses a write (its endpoint down, keys it does
-    not take, a bucket that does not exist)."""
-    try:
-        if is_store_uri(location):
-            # A write, not only a listing: a bucket that does not exist lists as empty.
-            files = CheckpointDir(spark, location)
-            files.replace(PROBE_FILE, "hotswap\n")
-            files.delete(PROBE_FILE)
-        else:
-            Path(location).mkdir(parents=True, exist_ok=True)
-    except (OSError, Py4JError) as exc:
-        hint = (
-            "check HOTSWAP_S3_ENDPOINT, HOTSWAP_S3_ACCESS_KEY and HOTSWAP_S3_SECRET_KEY, and that the bucket exists"
-            if is_store_uri(location)
-            else "check HOTSWAP_CHECKPOINT_ROOT and its permissions"
-        )
-        raise CheckpointsUnreachable(
-            f"the checkpoint root {location} cannot be reached ({root_cause(exc)}); {hint}"
-        ) from exc
 
 
 def root_files(location: str, spark: SparkSession | None) -> RootFiles:
@@ -81,7 +61,22 @@ def root_files(location: str, spark: SparkSession | None) -> RootFiles:
         return LocalDir(Path(location))
     if spark is None:
         raise ValueError(f"{location} is on an object store: its files are reached through a Spark session")
-    return CheckpointDir(spark, location)
+    return StoreRoot(CheckpointDir(spark, location))
+
+
+def check_checkpoints(location: str, spark: SparkSession) -> None:
+    """Say in one line, before anything starts, that the checkpoint root cannot be written: a local
+    directory without the permission, or a store that refuses (its endpoint down, keys it does not
+    take, a bucket that does not exist: that one lists as empty, so a file is written and removed)."""
+    files = root_files(location, spark)
+    try:
+        files.replace(PROBE_FILE, "hotswap\n")
+        files.remove(PROBE_FILE)
+    except OSError as exc:
+        raise CheckpointsUnreachable(
+            f"the checkpoint root {location} cannot be written ({exc}); check HOTSWAP_CHECKPOINT_ROOT and its "
+            "permissions"
+        ) from exc
 
 
 class LocalDir:
@@ -111,10 +106,50 @@ class LocalDir:
         temporary.replace(path)
 
     def holds_anything(self) -> bool:
-        return self._root.is_dir() and any(self._root.iterdir())
+        return self._root.is_dir() and any(path.name != PROBE_FILE for path in self._root.iterdir())
+
+    def remove(self, name: str) -> None:
+        (self._root / name).unlink(missing_ok=True)
 
     def remove_all(self) -> None:
-        shutil.rmtree(self._root, ignore_errors=True)
+        if self._root.exists():
+            shutil.rmtree(self._root)
+
+
+class StoreRoot:
+    """A namespace's root on an object store, through Spark's Hadoop client: a store that fails a
+    request is said in one line (CheckpointsUnreachable), not as a JVM stack trace."""
+
+    def __init__(self, files: CheckpointDir) -> None:
+        self._files = files
+
+    @property
+    def where(self) -> str:
+        return self._files.where
+
+    def read_text(self, name: str) -> str | None:
+        return self._call(lambda: self._files.read_text(name))
+
+    def replace(self, name: str, text: str) -> None:
+        self._call(lambda: self._files.replace(name, text))
+
+    def holds_anything(self) -> bool:
+        return self._call(self._files.holds_anything)
+
+    def remove(self, name: str) -> None:
+        self._call(lambda: self._files.delete(name))
+
+    def remove_all(self) -> None:
+        self._call(self._files.remove_all)
+
+    def _call(self, request: Callable[[], _T]) -> _T:
+        try:
+            return request()
+        except Py4JError as exc:
+            raise CheckpointsUnreachable(
+                f"the checkpoint root {self.where} cannot be reached ({root_cause(exc)}); check "
+                "HOTSWAP_S3_ENDPOINT, HOTSWAP_S3_ACCESS_KEY and HOTSWAP_S3_SECRET_KEY, and that the bucket exists"
+            ) from exc
 
 
 class CheckpointDir:
@@ -185,7 +220,10 @@ class CheckpointDir:
             stream.close()
 
     def holds_anything(self) -> bool:
-        return bool(self._fs.exists(self._root)) and len(self._fs.listStatus(self._root)) > 0
+        """Whether the directory holds anything but check_checkpoints' probe."""
+        if not self._fs.exists(self._root):
+            return False
+        return any(str(status.getPath().getName()) != PROBE_FILE for status in self._fs.listStatus(self._root))
 
     def remove_all(self) -> None:
         if self._fs.exists(self._root):

@@ -225,24 +225,36 @@ def connector_conf(settings: SparkSettings) -> dict[str, str]:
 
 
 def object_store_conf(settings: SparkSettings) -> dict[str, str]:
-    """Hadoop's S3 client settings for a checkpoint root on s3a:// (none otherwise)."""
+    """Hadoop's S3 client settings for a checkpoint root on s3a:// (none otherwise); its keys are
+    not among them (object_store_keys)."""
     if not settings.object_store:
         return {}
     s3a = "spark.hadoop.fs.s3a."
-    conf = {s3a + "endpoint.region": settings.s3_region}
+    conf: dict[str, str] = {}
     if settings.s3_endpoint is not None:
         conf[s3a + "endpoint"] = settings.s3_endpoint
         conf[s3a + "connection.ssl.enabled"] = str(settings.s3_endpoint.startswith("https://")).lower()
+    # A store other than AWS takes any region; on AWS, none lets the client find the bucket's own.
+    region = settings.s3_region or ("us-east-1" if settings.s3_endpoint is not None else None)
+    if region is not None:
+        conf[s3a + "endpoint.region"] = region
     path_style = settings.s3_path_style if settings.s3_path_style is not None else settings.s3_endpoint is not None
     conf[s3a + "path.style.access"] = str(path_style).lower()
-    if settings.s3_access_key is not None and settings.s3_secret_key is not None:
-        # Spark redacts conf keys that name a secret or an access key from its UI and logs.
-        conf |= {
-            s3a + "aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
-            s3a + "access.key": settings.s3_access_key.get_secret_value(),
-            s3a + "secret.key": settings.s3_secret_key.get_secret_value(),
-        }
+    if settings.s3_access_key is not None:
+        conf[s3a + "aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
     return conf
+
+
+def object_store_keys(settings: SparkSettings) -> dict[str, str]:
+    """The S3 keys, for the driver's Hadoop configuration once the session runs: pyspark passes
+    every conf of the builder to spark-submit on its command line, which any user of the machine
+    reads (ps). The streaming queries' state stores take them from the driver's configuration."""
+    if not settings.object_store or settings.s3_access_key is None or settings.s3_secret_key is None:
+        return {}
+    return {
+        "fs.s3a.access.key": settings.s3_access_key.get_secret_value(),
+        "fs.s3a.secret.key": settings.s3_secret_key.get_secret_value(),
+    }
 
 
 def build_spark_session(settings: SparkSettings) -> SparkSession:
@@ -261,6 +273,9 @@ def build_spark_session(settings: SparkSettings) -> SparkSession:
     for key, value in session_conf(settings).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in object_store_keys(settings).items():
+        hadoop.set(key, value)
     spark.sparkContext.setLogLevel(settings.spark_log_level.upper())
     return spark
 

@@ -225,14 +225,15 @@ def run(
         )
     # Before the reset: checkpoints on an object store are removed through Spark's Hadoop client.
     spark = build_spark_session(settings.spark)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     monitor = None
     try:
         check_checkpoints(settings.names.checkpoint_root, spark)
         if reset_namespace:
             _reset_namespace(settings, client, spark)
+        # From here Ctrl-C stops the executor gracefully; before, it interrupts the check or the reset.
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
         executor = Executor(settings, spark, client)
         if settings.metrics_port is not None:
             from hotswap.executor.operator.web import start_monitor

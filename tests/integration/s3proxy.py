@@ -98,25 +98,31 @@ class S3Proxy:
             "jclouds.provider=filesystem-nio2\n"
             f"jclouds.filesystem.basedir={self.data}\n"
         )
-        log = (self._root / "s3proxy.log").open("wb")
-        self._process = subprocess.Popen(
-            ["java", "-Xmx128m", "-XX:+UseSerialGC", "-jar", str(self._jar), "--properties", str(properties)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        with (self._root / "s3proxy.log").open("wb") as log:
+            self._process = subprocess.Popen(
+                ["java", "-Xmx128m", "-XX:+UseSerialGC", "-jar", str(self._jar), "--properties", str(properties)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
+            # Listening, and still alive: another process that took the port first would fail the check.
             if self._process.poll() is not None:
-                raise RuntimeError(f"s3proxy exited at start: {self.log_tail()}")
+                failed = f"s3proxy exited at start: {self.log_tail()}"
+                self.stop()
+                raise RuntimeError(failed)
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return self
+                    pass
             except OSError as exc:
                 if time.monotonic() >= deadline:
-                    raise RuntimeError(
-                        f"s3proxy did not listen within {START_TIMEOUT_S:.0f}s: {self.log_tail()}"
-                    ) from exc
+                    failed = f"s3proxy did not listen within {START_TIMEOUT_S:.0f}s: {self.log_tail()}"
+                    self.stop()
+                    raise RuntimeError(failed) from exc
                 time.sleep(0.2)
+                continue
+            if self._process.poll() is None:
+                return self
 
     def bucket(self, name: str) -> str:
         """Make a bucket (a directory of the filesystem backend); returns its s3a:// URI."""

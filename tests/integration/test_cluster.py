@@ -68,7 +68,7 @@ def test_three_swaps_on_a_standalone_cluster_keep_every_invariant(
         settings,
         graph_engine="closing",
         source_partitions=4,
-        checkpoint_root=f"{s3proxy.bucket('checkpoints')}/cluster-test",
+        checkpoint_root=f"{s3proxy.bucket('checkpoints')}/{tmp_path.name}",
         s3_endpoint=s3proxy.endpoint,
         s3_access_key=ACCESS_KEY,
         s3_secret_key=SECRET_KEY,

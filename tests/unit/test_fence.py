@@ -7,11 +7,12 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import fakeredis
 import pytest
 import redis
+from pyspark.sql import SparkSession
 
 from hotswap.contract.errors import ControlStateLost, LeaseLost
 from hotswap.contract.fence import Batch, Fence, fenced_write, write
@@ -19,8 +20,8 @@ from hotswap.contract.journal import Also, IllegalTransition, Journal, SwapPhase
 from hotswap.contract.models import GraphRecord, NamespaceRecord, QueryKind, QuerySource, new_spark_query_id
 from hotswap.contract.names import Keys
 from hotswap.contract.settings import Settings
-from hotswap.execution_graph.checkpoint import LocalDir
-from hotswap.execution_graph.errors import GraphStartFailed
+from hotswap.execution_graph.checkpoint import PROBE_FILE, LocalDir, check_checkpoints
+from hotswap.execution_graph.errors import CheckpointsUnreachable, GraphStartFailed
 from hotswap.execution_graph.graph import claim_checkpoint
 from hotswap.executor.control.lease import Lease, holder_is_dead, process_space
 from hotswap.executor.control.namespace import claim, reset
@@ -254,3 +255,20 @@ def test_a_control_write_waits_for_a_restarting_redis() -> None:
     client.refuse = 2
     fenced_write(client, fence, lambda batch: batch.set(KEYS.service, "{}"))
     assert client.get(KEYS.service) == b"{}"
+
+
+def test_a_local_checkpoint_root_that_cannot_be_written_stops_run_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("not a directory")
+    root = str(tmp_path / "a-file" / "checkpoints" / "unit")
+    with pytest.raises(CheckpointsUnreachable, match=r"^the checkpoint root .*/a-file/checkpoints/unit cannot be "):
+        check_checkpoints(root, cast(SparkSession, None))  # a local root needs no Spark
+
+
+def test_a_probe_a_crash_left_behind_is_no_leftover(tmp_path: Path) -> None:
+    checkpoints = LocalDir(tmp_path / "unit")
+    check_checkpoints(checkpoints.where, cast(SparkSession, None))
+    assert not checkpoints.holds_anything()
+    (tmp_path / "unit" / PROBE_FILE).write_text("hotswap\n")  # the process died between the write and the removal
+    assert not checkpoints.holds_anything()
+    checkpoints.replace("journal-version", "3\n")
+    assert checkpoints.holds_anything()

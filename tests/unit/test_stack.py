@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from hotswap.contract.settings import Settings
-from hotswap.executor.control.spark_session import connector_conf, session_conf
+from hotswap.executor.control.spark_session import connector_conf, object_store_keys, session_conf
 from hotswap.executor.errors import StackError
 from hotswap.executor.spark_connector import (
     AVRO_VERSION,
@@ -193,7 +193,11 @@ def test_checkpoints_on_s3a_load_hadoops_s3_client_and_its_settings(settings: Se
     assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9000"
     assert conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
     assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"  # the default with an endpoint
-    assert conf["spark.hadoop.fs.s3a.secret.key"] == "secret"
+    assert conf["spark.hadoop.fs.s3a.endpoint.region"] == "us-east-1"  # any region does for a store not AWS
+    # The keys never enter Spark's conf (pyspark puts it on spark-submit's command line): they go to
+    # the driver's Hadoop configuration once the session runs.
+    assert "secret" not in json.dumps(conf)
+    assert object_store_keys(store.spark) == {"fs.s3a.access.key": "key", "fs.s3a.secret.key": "secret"}
     s3 = store.jar_cache / f"hadoop-aws-{hadoop_version()}"
     s3.mkdir()
     _fill(s3, OBJECT_STORE_ARTIFACTS, complete=True)
