@@ -28,8 +28,6 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from pyspark.sql.streaming.query import StreamingQuery
-
 from benchmarks.common import (
     CHANGED,
     ENGINES,
@@ -67,6 +65,7 @@ from benchmarks.profile import (
 from hotswap.contract import stages
 from hotswap.contract.journal import SwapPhase, SwapRecord
 from hotswap.contract.models import GraphEngine, now_ms
+from hotswap.execution_graph.graph import GraphQuery
 from hotswap.executor.operator.client import Client
 from hotswap.service_sink.audit import audit, read_results
 
@@ -368,7 +367,7 @@ class SwapTail:
     drains: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None)
 
 
-def drain_of(graphs: dict[str, StreamingQuery], swap: SwapRecord) -> dict[str, Any] | None:
+def drain_of(graphs: dict[str, GraphQuery], swap: SwapRecord) -> dict[str, Any] | None:
     """The swap's drain, batch by batch, from its old graph's progress (kept by Spark after the stop)."""
     at = {p.name.value: p.at for p in swap.phases}
     query = graphs.get(f"graph.{swap.from_query}")

@@ -22,6 +22,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from benchmarks.profile import graph_tasks
 from hotswap.contract.settings import Settings
+from hotswap.execution_graph.graph import GraphQuery
 from hotswap.execution_graph.source import load_query_source
 from hotswap.execution_graph.user_query import apply_query
 from hotswap.executor.control.controller import Executor
@@ -38,7 +39,7 @@ class Pipeline(Protocol):
 
     def start(self) -> None: ...
 
-    def queries(self) -> dict[str, StreamingQuery]: ...
+    def queries(self) -> dict[str, GraphQuery]: ...
 
     def stop(self) -> None: ...
 
@@ -97,7 +98,7 @@ class PlainPipeline:
     def start(self) -> None:
         self.query = start_plain(self._spark, self.settings, self._query_path, self._query_path.stem, self._starting)
 
-    def queries(self) -> dict[str, StreamingQuery]:
+    def queries(self) -> dict[str, GraphQuery]:
         return {"plain": self.query} if self.query is not None else {}
 
     def replace(self, query: Path) -> None:
@@ -142,9 +143,9 @@ class HotswapPipeline:
         if self._failure is not None:
             raise RuntimeError(f"the executor stopped: {type(self._failure).__name__}: {self._failure}")
 
-    def queries(self) -> dict[str, StreamingQuery]:
+    def queries(self) -> dict[str, GraphQuery]:
         self.check()
-        found: dict[str, StreamingQuery] = {}
+        found: dict[str, GraphQuery] = {}
         if self.executor.service.query is not None:
             found["service"] = self.executor.service.query
         for query_id, query in self.executor.graphs.runner.running().items():
@@ -166,7 +167,7 @@ class HotswapPipeline:
                 }
         return out
 
-    def graph_report(self, queries: dict[str, StreamingQuery], start_ms: int, end_ms: int) -> dict[str, dict[str, Any]]:
+    def graph_report(self, queries: dict[str, GraphQuery], start_ms: int, end_ms: int) -> dict[str, dict[str, Any]]:
         """Per execution graph: its engine, its topic's partitions, and the Spark tasks each of its
         batches that started within [start_ms, end_ms] ran. Read after the period (Kafka's metadata
         and Spark's status store); a failure to read the layout is recorded, not fatal."""

@@ -21,11 +21,11 @@ from typing import Any
 
 from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming.query import StreamingQuery
 
 from benchmarks.measures import tasks_per_batch
 from hotswap.contract import stages
 from hotswap.contract.settings import Settings
+from hotswap.execution_graph.graph import GraphQuery
 from hotswap.service_sink.progress import parse_spark_time
 
 
@@ -62,7 +62,7 @@ def medians_ms(samples: Mapping[str, Mapping[str, list[float]]]) -> dict[str, di
     }
 
 
-def progress_between(query: StreamingQuery, start_ms: int, end_ms: int) -> list[dict[str, Any]]:
+def progress_between(query: GraphQuery, start_ms: int, end_ms: int) -> list[dict[str, Any]]:
     """The query's progress reports of batches that started within [start_ms, end_ms] (Spark keeps
     the last 100 in the driver)."""
     out = []
@@ -121,7 +121,7 @@ def codegen_per_batch(before: Codegen | None, after: Codegen | None, batches: in
     }
 
 
-def query_stages(spark: SparkSession, query: StreamingQuery) -> list[tuple[int, int]] | None:
+def query_stages(spark: SparkSession, query: GraphQuery) -> list[tuple[int, int]] | None:
     """(submission epoch ms, tasks run) of each stage of the query's Spark jobs that the driver's
     status store still holds; None if Spark would not say.
 
@@ -153,7 +153,7 @@ def query_stages(spark: SparkSession, query: StreamingQuery) -> list[tuple[int, 
 
 
 def graph_tasks(
-    spark: SparkSession, queries: Mapping[str, StreamingQuery], start_ms: int, end_ms: int
+    spark: SparkSession, queries: Mapping[str, GraphQuery], start_ms: int, end_ms: int
 ) -> dict[str, dict[str, Any]]:
     """Per execution graph (role `graph.<query id>`): the Spark tasks each of its batches that
     started within [start_ms, end_ms] ran (`measures.tasks_per_batch`). Read after the period, like

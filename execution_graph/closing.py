@@ -33,6 +33,7 @@ import structlog
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from hotswap.contract import stages
 from hotswap.contract.faults import crash_point
 from hotswap.contract.models import GraphRecord
 from hotswap.contract.settings import KafkaSettings
@@ -177,8 +178,10 @@ class WindowCloser:
         query: QueryFunction,
         writer: BatchWriter,
         checkpoint: CheckpointDir,
+        name: str | None = None,
     ) -> None:
         self._kafka = kafka
+        self._name = name or record.query_id  # the graph's query name, for its stage timings
         self._record = record
         self._query = query
         self._writer = writer
@@ -196,21 +199,30 @@ class WindowCloser:
         return None if state is None else state.closed_through
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        with stages.timed(self._name, "batch"):
+            self._batch(batch, batch_id)
+
+    def _batch(self, batch: DataFrame, batch_id: int) -> None:
         previous = ClosingState()
         if batch_id > 0:
-            loaded = self._load(batch_id - 1)
+            with stages.timed(self._name, "state_read"):
+                loaded = self._load(batch_id - 1)
             if loaded is None:
                 raise GraphStateLost(
                     f"execution graph {self._record.query_id}: its checkpoint has no {STATE_DIR}/{batch_id - 1}, the "
                     "state of its last committed batch; the checkpoint was damaged or written by another engine"
                 )
             previous = loaded
-        state, closing = advance(previous, batch_id, self._reads(batch), self._record.partitions, self._windowing)
+        with stages.timed(self._name, "headers"):
+            reads = self._reads(batch)
+        state, closing = advance(previous, batch_id, reads, self._record.partitions, self._windowing)
         # Written before the results. A replay of this batch reaches the same state from the same
         # state before it, so a file already there is kept.
-        self._files.write_once(f"{STATE_DIR}/{batch_id}", state.to_json())
+        with stages.timed(self._name, "state_write"):
+            self._files.write_once(f"{STATE_DIR}/{batch_id}", state.to_json())
         if closing is not None:
-            self._close(batch.sparkSession, closing, batch_id)
+            with stages.timed(self._name, "close"):
+                self._close(batch.sparkSession, closing, batch_id)
         with self._lock:
             self._closed[batch_id] = state.closed_through
             for old in [b for b in self._closed if b < batch_id - STATE_FILES_KEPT]:
@@ -258,18 +270,7 @@ class WindowCloser:
             # No rows, or only windows a failed graph emitted before this one took over its topic.
             log.debug("windows closed with nothing to emit", query_id=record.query_id, through=closing.through)
             return
-        topic = record.topic
-        partitions = sorted(closing.offsets)
-        raw = (
-            spark.read.format("kafka")
-            .options(**self._kafka.spark_kafka_options())
-            .option("assign", json.dumps({topic: partitions}))
-            .option("startingOffsets", json.dumps({topic: {str(p): closing.offsets[p][0] for p in partitions}}))
-            .option("endingOffsets", json.dumps({topic: {str(p): closing.offsets[p][1] for p in partitions}}))
-            .option("failOnDataLoss", "true")
-            .option("includeHeaders", "true")
-            .load()
-        )
+        raw = read_range(spark, self._kafka.spark_kafka_options(), record.topic, closing.offsets)
         since = closing.rows_since
         if record.reads_from is not None:
             since = record.reads_from if since is None else max(since, record.reads_from)
@@ -306,6 +307,23 @@ class WindowCloser:
             through=closing.through,
             offsets={p: list(r) for p, r in closing.offsets.items()},
         )
+
+
+def read_range(
+    spark: SparkSession, options: Mapping[str, str], topic: str, offsets: Mapping[int, tuple[int, int]]
+) -> DataFrame:
+    """The raw records (headers included) of `topic` in [from, to) of each partition, as a Spark batch."""
+    partitions = sorted(offsets)
+    return (
+        spark.read.format("kafka")
+        .options(**options)
+        .option("assign", json.dumps({topic: partitions}))
+        .option("startingOffsets", json.dumps({topic: {str(p): offsets[p][0] for p in partitions}}))
+        .option("endingOffsets", json.dumps({topic: {str(p): offsets[p][1] for p in partitions}}))
+        .option("failOnDataLoss", "true")  # the topic is the buffer: a row gone is an error, never skipped
+        .option("includeHeaders", "true")
+        .load()
+    )
 
 
 def closing_state(files: CheckpointDir, batch_id: int) -> ClosingState | None:

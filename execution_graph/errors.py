@@ -31,3 +31,8 @@ class GraphStateLost(ExecutionGraphError):
 
 class CheckpointsUnreachable(ExecutionGraphError):
     """The checkpoint root cannot be listed or written (an S3 endpoint down, wrong keys, no bucket)."""
+
+
+class ClosingGraphFailed(ExecutionGraphError):
+    """A closing graph's loop stopped on a failure (its cause chained), as a streaming query terminates
+    with one: the message carries the cause's whole text, for its root cause to be read from it."""

@@ -21,11 +21,11 @@ import json
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from hotswap.contract.causes import first_line
 from hotswap.contract.lifecycle import BatchWatch, stall_text, stop_between_batches
@@ -33,16 +33,43 @@ from hotswap.contract.models import GraphEngine, GraphRecord, SkippedRows
 from hotswap.contract.settings import KafkaSettings, PipelineSettings, QueryRules, Timeouts
 from hotswap.execution_graph.checkpoint import CheckpointDir, CheckpointFiles
 from hotswap.execution_graph.closing import FAILED_FILE, WindowCloser, closing_state
+from hotswap.execution_graph.closing_query import ClosingQuery, TopicEnds
 from hotswap.execution_graph.confinement import isolated_session
 from hotswap.execution_graph.errors import GraphStartFailed
-from hotswap.execution_graph.events import batch_events, events_stream, graph_topic_stream
+from hotswap.execution_graph.events import batch_events, events_stream, graph_batch_cap
 from hotswap.execution_graph.user_query import apply_query, prepare_query
 
-__all__ = ["GraphRunner", "claim_checkpoint", "events_stream"]
+__all__ = ["GraphQuery", "GraphRunner", "claim_checkpoint", "events_stream"]
 
 log = structlog.get_logger(__name__)
 
 BatchWriter = Callable[[DataFrame, int], None]
+
+
+class GraphQuery(Protocol):
+    """A running graph: a Spark streaming query (stateful engine) or a ClosingQuery (closing engine)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def runId(self) -> str: ...
+
+    @property
+    def isActive(self) -> bool: ...
+
+    @property
+    def status(self) -> dict[str, Any]: ...
+
+    @property
+    def lastProgress(self) -> StreamingQueryProgress | None: ...
+
+    @property
+    def recentProgress(self) -> list[StreamingQueryProgress]: ...
+
+    def exception(self) -> BaseException | None: ...
+
+    def stop(self) -> None: ...
 
 
 def claim_checkpoint(files: CheckpointFiles, where: str, record: GraphRecord) -> None:
@@ -104,15 +131,16 @@ class GraphRunner:
         self._kafka = kafka
         self._rules = rules
         self._timeouts = timeouts
-        self._queries: dict[str, StreamingQuery] = {}
+        self._queries: dict[str, GraphQuery] = {}
         self._lock = threading.Lock()
-        self._starting: dict[str, Future[StreamingQuery]] = {}
+        self._starting: dict[str, Future[GraphQuery]] = {}
         self._unwanted: set[str] = set()  # stopped while starting: stopped again once started
         self._closers: dict[str, WindowCloser] = {}  # the closing graphs' batch functions
+        self._closing: dict[str, ClosingQuery] = {}  # the closing graphs' queries, by query id
         self._watches: dict[str, BatchWatch] = {}  # each graph's batch in flight (batch_stall_timeout)
         self._stalls: dict[str, str] = {}  # graphs whose stalled batch was cancelled: why
 
-    def start(self, record: GraphRecord, writer: BatchWriter) -> StreamingQuery:
+    def start(self, record: GraphRecord, writer: BatchWriter) -> GraphQuery:
         """Start the graph's query now (or return it, if it runs), on the caller's thread."""
         with self._lock:
             existing = self._queries.get(record.query_id)
@@ -123,7 +151,7 @@ class GraphRunner:
             self._queries[record.query_id] = query
         return query
 
-    def _start(self, record: GraphRecord, writer: BatchWriter) -> StreamingQuery:
+    def _start(self, record: GraphRecord, writer: BatchWriter) -> GraphQuery:
         checkpoint = self._pipeline.names.graph_checkpoint(record.query_id)
         claim_checkpoint(CheckpointDir(self._spark, str(checkpoint)), str(checkpoint), record)
         # The graph's own session: the user's text never runs on the executor's (confinement.py).
@@ -135,15 +163,27 @@ class GraphRunner:
             # stateful graph's does; then once for each batch that closes windows.
             compute(batch_events(session, record.reads))
             files = CheckpointDir(self._spark, str(checkpoint))
-            closer = WindowCloser(self._kafka, record, compute, writer, files)
+            name = self._pipeline.names.graph_query(record.query_id)
+            closer = WindowCloser(self._kafka, record, compute, writer, files, name)
+            closing = ClosingQuery(
+                session,
+                name=name,
+                query_id=record.spark_query_id,
+                topic=record.topic,
+                kafka_options=self._kafka.spark_kafka_options(),
+                closer=closer,
+                files=files,
+                ends=TopicEnds(self._kafka.kafka_python_config(), record.topic, record.partitions),
+                cap=graph_batch_cap(self._pipeline),
+                slide_ms=record.windowing.slide_ms,
+                retry_deadline_s=self._timeouts.retry_deadline.s,
+            )
             with self._lock:
                 self._closers[record.query_id] = closer
-            stream = (
-                graph_topic_stream(session, self._pipeline, self._kafka, record.topic)
-                .writeStream.queryName(self._pipeline.names.graph_query(record.query_id))
-                .option("checkpointLocation", str(checkpoint))
-                .foreachBatch(closer)
-            )
+                self._closing[record.query_id] = closing
+            closing.start()
+            self._log_started(record)
+            return closing
         else:
             events = events_stream(
                 session, self._pipeline, self._kafka, record.topic, record.reads, record.reads_from, record.skipped
@@ -158,6 +198,10 @@ class GraphRunner:
         if self._pipeline.processing_time is not None:
             stream = stream.trigger(processingTime=self._pipeline.processing_time)
         query = stream.start()
+        self._log_started(record)
+        return query
+
+    def _log_started(self, record: GraphRecord) -> None:
         log.info(
             "execution graph started",
             query_id=record.query_id,
@@ -165,7 +209,14 @@ class GraphRunner:
             engine=str(record.engine),
             partitions=record.partitions,
         )
-        return query
+
+    def markers_taken(self, topic: str, watermark: int) -> None:
+        """The service graph's marker producer: Kafka took a marker at `watermark` in `topic`. A
+        closing graph reading that topic looks whether a window closes (on the producer's thread)."""
+        with self._lock:
+            readers = [c for c in self._closing.values() if c.topic == topic]
+        for closing in readers:  # a failed graph and its successor may read one topic
+            closing.notify(watermark)
 
     def begin(self, record: GraphRecord, writer: BatchWriter) -> None:
         """Start the graph's query on a thread of its own, unless it runs or is starting already."""
@@ -175,7 +226,7 @@ class GraphRunner:
             if query_id in self._starting or (existing is not None and existing.isActive):
                 return
             self._unwanted.discard(query_id)
-            future: Future[StreamingQuery] = Future()
+            future: Future[GraphQuery] = Future()
             self._starting[query_id] = future
 
         def run() -> None:
@@ -188,6 +239,8 @@ class GraphRunner:
                 unwanted = query_id in self._unwanted
                 if not unwanted:
                     self._queries[query_id] = query
+                else:
+                    self._closing.pop(query_id, None)
             if unwanted:  # stopped (aborted, failed) while it was starting
                 stop_between_batches(query, timeout_s=0.0)
             future.set_result(query)
@@ -322,12 +375,12 @@ class GraphRunner:
         path_class = jvm.org.apache.hadoop.fs.Path
         return path_class(child) if parent is None else path_class(parent, child)
 
-    def running(self) -> dict[str, StreamingQuery]:
+    def running(self) -> dict[str, GraphQuery]:
         """The graphs' queries, by query id (a dead one stays until it is restarted or stopped)."""
         with self._lock:
             return dict(self._queries)
 
-    def query(self, query_id: str) -> StreamingQuery | None:
+    def query(self, query_id: str) -> GraphQuery | None:
         with self._lock:
             return self._queries.get(query_id)
 
@@ -341,7 +394,7 @@ class GraphRunner:
         with self._lock:
             return set(self._queries) | set(self._starting)
 
-    def restart(self, record: GraphRecord, writer: BatchWriter) -> StreamingQuery:
+    def restart(self, record: GraphRecord, writer: BatchWriter) -> GraphQuery:
         """Start a graph whose query died again, from its checkpoint."""
         with self._lock:
             self._queries.pop(record.query_id, None)
@@ -386,6 +439,7 @@ class GraphRunner:
         with self._lock:
             query = self._queries.pop(query_id, None)
             self._closers.pop(query_id, None)
+            self._closing.pop(query_id, None)
             self._stalls.pop(query_id, None)
             self._watches.pop(query_id, None)
             if query_id in self._starting:

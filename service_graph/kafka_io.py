@@ -4,6 +4,7 @@ producer of watermark markers."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import structlog
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -17,6 +18,9 @@ from hotswap.service_graph.routing import Marker
 log = structlog.get_logger(__name__)
 
 MARKER_KEY = b"__hotswap_marker__"
+
+# Told, on the producer's thread, that Kafka took a marker: (topic, watermark). It must return at once.
+MarkerTaken = Callable[[str, int], None]
 
 
 class SourceOffsets:
@@ -53,6 +57,13 @@ class SourceOffsets:
             self._consumer = None
 
 
+class _Awaited:
+    """The partitions of one marker whose answer has not come yet."""
+
+    def __init__(self, partitions: int) -> None:
+        self.left = partitions
+
+
 class MarkerWriter:
     """Writes watermark markers into execution graphs' topics, each at most once per watermark.
 
@@ -63,8 +74,9 @@ class MarkerWriter:
     markers only ever move a graph's watermark forward, so a late or repeated one is harmless.
     """
 
-    def __init__(self, kafka: KafkaSettings) -> None:
+    def __init__(self, kafka: KafkaSettings, on_taken: MarkerTaken | None = None) -> None:
         self._kafka = kafka
+        self._on_taken = on_taken
         self._producer: KafkaProducer | None = None
         self._written: dict[str, int] = {}  # topic -> watermark of the last marker Kafka took there
         self._lock = threading.Lock()  # the producer's thread records what Kafka took
@@ -83,23 +95,29 @@ class MarkerWriter:
             headers = [(ROUTE_HEADER, marker_route(marker_event_time(marker.watermark)))]
             # Every partition gets the marker: each must see the watermark move.
             partitions = sorted(self._producer.partitions_for(marker.topic) or {0})
+            awaited = _Awaited(len(partitions))
             for partition in partitions:
                 sent = self._producer.send(
                     marker.topic, key=MARKER_KEY, value=b"", headers=headers, partition=partition
                 )
-            if partitions:
-                sent.add_callback(self._taken, marker.topic, marker.watermark)
+                sent.add_callback(self._taken, marker, awaited)
                 sent.add_errback(self._refused, marker)
         if wait:
             self._producer.flush(timeout=30)
         log.debug("watermark markers sent", markers=[(m.query_id, m.watermark) for m in markers])
 
-    def _taken(self, topic: str, watermark: int, _metadata: object) -> None:
-        # Called on the producer's own thread; the last partition's answer stands for the marker.
-        with self._lock:
-            if self._written.get(topic, -1) < watermark:
-                self._written[topic] = watermark
+    def _taken(self, marker: Marker, awaited: _Awaited, _metadata: object) -> None:
+        # Called on the producer's own thread, once per partition: the marker is written when every
+        # partition took it (one refused, and the next batch or tick sends it again to them all).
         OUTAGES.up(KAFKA)
+        with self._lock:
+            awaited.left -= 1
+            if awaited.left > 0:
+                return
+            if self._written.get(marker.topic, -1) < marker.watermark:
+                self._written[marker.topic] = marker.watermark
+        if self._on_taken is not None:
+            self._on_taken(marker.topic, marker.watermark)
 
     def _refused(self, marker: Marker, error: BaseException) -> None:
         # Not recorded as written: the next batch or tick sends it again.

@@ -53,7 +53,7 @@ from hotswap.contract.source import SourceFormat, SourceSpec
 from hotswap.contract.windows import Windowing, buffer_start, reached_cut
 from hotswap.service_graph.errors import NoTargetGraph, ServiceGraphError
 from hotswap.service_graph.frames import BatchStats, median_event_time, route_and_write
-from hotswap.service_graph.kafka_io import MarkerWriter, SourceOffsets
+from hotswap.service_graph.kafka_io import MarkerTaken, MarkerWriter, SourceOffsets
 from hotswap.service_graph.reading import Reading
 from hotswap.service_graph.routing import (
     IdleClock,
@@ -91,7 +91,10 @@ class ServiceGraph:
         kafka: KafkaSettings,
         timeouts: Timeouts,
         recovery: RecoverySettings,
+        on_markers: MarkerTaken | None = None,
     ) -> None:
+        """`on_markers` is told, on the marker producer's thread, of each marker Kafka took (its
+        topic and watermark): closing graphs wake on it."""
         self._spark = spark
         self._pipeline = pipeline
         self._kafka = kafka
@@ -101,7 +104,7 @@ class ServiceGraph:
         self._keys = Keys(pipeline.names.namespace)
         self._fence = fence  # every routing decision and state write needs the executor's lease
         self._journal = Journal(client, self._keys, fence)
-        self._markers = MarkerWriter(kafka)
+        self._markers = MarkerWriter(kafka, on_markers)
         self._source = SourceOffsets(kafka, pipeline.source_topic)
         self._lock = threading.Lock()
         self._idle = IdleClock(pipeline.idle_timeout.ms if pipeline.idle_timeout else None, time.monotonic())

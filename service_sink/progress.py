@@ -20,11 +20,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from typing import Protocol
 
 import redis
 import structlog
 from pyspark.sql.streaming.listener import StreamingQueryProgress
-from pyspark.sql.streaming.query import StreamingQuery
 
 from hotswap.contract.fence import Fence, fenced_write
 from hotswap.contract.models import GraphProgress, now_ms
@@ -44,6 +44,13 @@ def parse_spark_time(text: str | None) -> int | None:
     if not text:
         return None
     return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+class ReportsProgress(Protocol):
+    """What the reporter reads of a graph's query (a Spark streaming query, or a closing graph's)."""
+
+    @property
+    def lastProgress(self) -> StreamingQueryProgress | None: ...
 
 
 def input_offsets(progress: StreamingQueryProgress) -> dict[str, dict[str, int]]:
@@ -96,7 +103,7 @@ class ProgressReporter:
             return reported if floor is None else floor
         return max(reported, floor)
 
-    def report(self, queries: Mapping[str, StreamingQuery]) -> None:
+    def report(self, queries: Mapping[str, ReportsProgress]) -> None:
         """Record each graph's newest batch, then confirm the batches its checkpoint has committed."""
         for query_id, query in queries.items():
             progress = query.lastProgress

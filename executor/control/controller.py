@@ -11,7 +11,6 @@ from concurrent.futures import TimeoutError as FutureTimeout
 import redis
 import structlog
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming.query import StreamingQuery
 
 from hotswap.contract.causes import first_line
 from hotswap.contract.errors import ConfigError, ControlStateLost, HotswapError, LeaseLost
@@ -34,6 +33,7 @@ from hotswap.contract.settings import Settings
 from hotswap.contract.source import SourceSpec
 from hotswap.execution_graph.checkpoint import root_files
 from hotswap.execution_graph.errors import QueryRejected, SchemaRefused
+from hotswap.execution_graph.graph import GraphQuery
 from hotswap.execution_graph.schemas import resolve
 from hotswap.executor.control.admission import Analyser, basis_for, not_validated_in_time, on_own_thread
 from hotswap.executor.control.dry_run import DryRuns
@@ -90,6 +90,7 @@ class Executor:
             kafka=settings.kafka,
             timeouts=settings.timeouts,
             recovery=settings.recovery,
+            on_markers=self.graphs.runner.markers_taken,
         )
         self.reporter = ProgressReporter(
             client,
@@ -115,7 +116,7 @@ class Executor:
         self._checkpoints = root_files(settings.names.checkpoint_root, spark)
         self._journal_seen = JournalSeen(self._checkpoints)
 
-    def spark_queries(self) -> list[StreamingQuery]:
+    def spark_queries(self) -> list[GraphQuery]:
         """The service graph's and the execution graphs' Spark queries, live or dead."""
         service = [self.service.query] if self.service.query is not None else []
         return service + list(self.graphs.runner.running().values())
