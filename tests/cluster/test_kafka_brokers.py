@@ -54,16 +54,16 @@ VERSIONS = [Version("count_per_key", 10_000, count_and_total), Version("max_per_
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[EmbeddedStack]:
-    """Three combined KRaft nodes (brokers 4909x, controllers 4919x) and a Redis (49379), started
+    """Three combined KRaft nodes (brokers 2409x, controllers 2419x) and a Redis (24379), started
     afresh and stopped when the module ends, so their memory is free for the rest of the suite."""
     settings = Settings(
         home=CLUSTER_HOME,
         jars_dir=JARS,
         kafka_brokers=BROKERS,
-        kafka_port=49092,
-        kafka_controller_port=49192,
+        kafka_port=24092,
+        kafka_controller_port=24192,
         kafka_heap="256m",
-        redis_port=49379,
+        redis_port=24379,
     )
     stack = EmbeddedStack(settings.stack, settings.kafka)
     stack.down()  # whatever an interrupted run left behind

@@ -34,7 +34,8 @@ from tests.conftest import wait_until
 from tests.integration.harness import JARS
 
 LOCALHOST = "127.0.0.1"
-PLAIN_PORT, CONTROLLER_PORT, SECURED_PORT, REDIS_TLS_PORT = 39092, 39093, 39094, 39379
+# Below the kernel's ephemeral range (32768-60999), so a client socket never holds one first.
+PLAIN_PORT, CONTROLLER_PORT, SECURED_PORT, REDIS_TLS_PORT = 31092, 31093, 31094, 31379
 START_TIMEOUT_S = 180
 
 

@@ -2,7 +2,7 @@
 package's own `bin/spark-class`, so that tasks run in executor JVMs that the workers launch, apart
 from the driver (the executor process).
 
-Ports are fixed and used nowhere else in the tests: the master on 47077, the web UIs on 48080-48082
+Ports are fixed and used nowhere else in the tests: the master on 27077, the web UIs on 28080-28082
 (the master's serves the cluster state as JSON). Every JVM gets a small heap, for a 2-core machine.
 """
 
@@ -25,9 +25,9 @@ import pyspark
 from tests.conftest import wait_until
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
-MASTER_PORT = 47077
-MASTER_UI_PORT = 48080
-WORKER_UI_PORTS = (48081, 48082)
+MASTER_PORT = 27077
+MASTER_UI_PORT = 28080
+WORKER_UI_PORTS = (28081, 28082)
 WORKER_MEMORY = "1g"  # what a worker offers; each executor takes EXECUTOR_CONF's 512m of it
 # The Spark conf an application needs on this cluster: one 512 MiB, one-core executor per worker.
 EXECUTOR_CONF = {
