@@ -4,21 +4,23 @@ The service graph writes a window's rows into the graph's topic, then, once its 
 passed the window, an end-of-window marker into every partition of that topic. So the graph needs
 no Spark watermark and no state store to know a window is complete: it notices the markers.
 
-Its streaming query reads only the route headers of its topic. After each batch it knows, per
-graph partition, the highest marker read so far and the first offset of the rows of each open
-event-time bucket (a bucket is one slide of the query's windows). The graph has closed through
-the **minimum** over all its partitions of their highest markers (the "one watermark" rule, kept
-here instead of by Spark's max-based watermark, so a skewed partition, an empty one or a row cap
-never closes a window early). When that minimum moves from P to C, the windows ending in (P, C]
-are complete: in the same batch they are computed once, as a Spark batch job over exactly their
-rows, read back from the topic by offset range, each source event counted once by a stateless
-deduplication. Results go to the sink under the usual idempotent keys.
+After each batch the graph knows, from the route headers of the rows the batch read (never their
+values), per graph partition the highest marker read so far and the first offset of the rows of
+each open event-time bucket (a bucket is one slide of the query's windows). The graph may close
+through the **minimum** over all its partitions of their highest markers (the "one watermark" rule,
+kept here instead of by Spark's max-based watermark, so a skewed partition, an empty one or a row
+cap never closes a window early); a marker the service graph's producer saw every partition take
+counts too, once the batch reads past it. How far a batch closes, C, is decided before it runs and
+written in its offset log. When C passes the closed point P, the windows ending in (P, C] are
+complete: the batch computes them once, first, as a Spark batch job over exactly their rows, read
+back from the topic by offset range, each source event counted once by a stateless deduplication.
+Results go to the sink under the usual idempotent keys. Then it reads the headers.
 
 Nothing per event is kept anywhere. What the graph keeps between batches is a few integers per
 partition and per open bucket (`ClosingState`), written to its checkpoint (`closing/<batch id>`)
-before the batch's results, and derived only from the batch's own records and the state of the
-batch before. A batch Spark replays after a crash therefore reads the same offsets, reaches the same
-state, closes the same windows and writes the same results under the same keys.
+before the batch's commit, and derived only from the batch's own records, its C and the state of the
+batch before. A batch replayed after a crash therefore reads the same offsets, closes the same
+windows, writes the same results under the same keys and reaches the same state.
 (docs/architecture.md, "Two graph engines".)
 """
 
@@ -120,14 +122,55 @@ class Closing:
     rows_since: int | None
 
 
-def advance(
-    state: ClosingState, batch_id: int, reads: Iterable[PartitionRead], partitions: int, windowing: Windowing
-) -> tuple[ClosingState, Closing | None]:
-    """The state after a batch that read `reads`, and the windows it closes (None: none).
+def closable(
+    state: ClosingState, partitions: int, windowing: Windowing, known: Mapping[int, int] | None = None
+) -> int | None:
+    """How far the graph may close now, or None if no window closes: the minimum over all
+    `partitions` of the highest marker each holds, read (`state.markers`) or known to be in the
+    range the next batch reads (`known`: markers the producer saw every partition take), taken
+    down to the last window end at or before it (windows end on the slide's grid: validation
+    refuses offset windows). A partition with no marker closes nothing; the graph never closes
+    backwards."""
+    known = known or {}
+    highest: list[int] = []
+    for partition in range(partitions):
+        held = [m for m in (state.markers.get(partition), known.get(partition)) if m is not None]
+        if not held:
+            return None
+        highest.append(max(held))
+    if not highest:
+        return None
+    reached = min(highest) - min(highest) % windowing.slide_ms
+    return reached if state.closed_through is None or reached > state.closed_through else None
 
-    The graph has closed through the minimum over all `partitions` of the highest marker each has
-    read: a partition that has read no marker yet closes nothing. It never moves back.
-    """
+
+def closing_for(
+    state: ClosingState, through: int, start: Mapping[int, int], end: Mapping[int, int], windowing: Windowing
+) -> Closing:
+    """The windows ending in (state.closed_through, through], and where their rows are: from the
+    first offset of each bucket they need that earlier batches read, else from where this batch
+    starts (rows no batch has read yet can only lie there), to where this batch ends."""
+    previous = state.closed_through
+    offsets: dict[int, tuple[int, int]] = {}
+    for partition, stop in end.items():
+        firsts = [
+            parts[partition]
+            for bucket, parts in state.first_offsets.items()
+            if partition in parts and _needed(bucket, previous, through, windowing)
+        ]
+        begin = min([*firsts, start.get(partition, stop)])
+        if begin < stop:
+            offsets[partition] = (begin, stop)
+    rows_since = None if previous is None else previous - windowing.size_ms + 1
+    return Closing(after=previous, through=through, offsets=offsets, rows_since=rows_since)
+
+
+def advance(
+    state: ClosingState, batch_id: int, reads: Iterable[PartitionRead], through: int | None, windowing: Windowing
+) -> ClosingState:
+    """The state after a batch that read `reads` and closed the windows ending up to `through`
+    (None: it closed none). What the reads say can close more waits for the next batch, whose
+    offset log records it before its results."""
     markers = dict(state.markers)
     ends = dict(state.ends)
     first: dict[int, dict[int, int]] = {b: dict(parts) for b, parts in state.first_offsets.items()}
@@ -138,24 +181,14 @@ def advance(
         for bucket, offset in read.first_offsets.items():
             parts = first.setdefault(bucket, {})
             parts[read.partition] = min(offset, parts.get(read.partition, offset))
-    previous = state.closed_through
-    reached = min(markers[p] for p in range(partitions)) if all(p in markers for p in range(partitions)) else None
-    closed = previous if reached is None or (previous is not None and reached <= previous) else reached
-    closing = None
-    if closed is not None and closed != previous:
-        needed = {b: parts for b, parts in first.items() if _needed(b, previous, closed, windowing)}
-        offsets: dict[int, tuple[int, int]] = {}
-        for parts in needed.values():
-            for partition, offset in parts.items():
-                start = min(offset, offsets[partition][0]) if partition in offsets else offset
-                offsets[partition] = (start, ends[partition])
-        rows_since = None if previous is None else previous - windowing.size_ms + 1
-        closing = Closing(after=previous, through=closed, offsets=offsets, rows_since=rows_since)
+    closed = state.closed_through
+    if through is not None and (closed is None or through > closed):
+        closed = through
     if closed is not None:
         # A bucket no window ending after `closed` reads is done with (a replayed service batch's
         # duplicates may bring its rows again after the marker: they belong to closed windows).
         first = {b: parts for b, parts in first.items() if _needed(b, closed, None, windowing)}
-    return ClosingState(batch_id, closed, markers, ends, first), closing
+    return ClosingState(batch_id, closed, markers, ends, first)
 
 
 def _needed(bucket: int, after: int | None, through: int | None, windowing: Windowing) -> bool:
@@ -169,7 +202,7 @@ def _needed(bucket: int, after: int | None, through: int | None, windowing: Wind
 
 # -- the Spark side --------------------------------------------------------------------------------
 class WindowCloser:
-    """The foreachBatch function of a closing graph's stream (see the module's docstring)."""
+    """One closing graph's batches (see the module's docstring), run by its ClosingQuery."""
 
     def __init__(
         self,
@@ -188,49 +221,68 @@ class WindowCloser:
         self._files = checkpoint
         self._windowing = record.windowing
         self._lock = threading.Lock()
-        self._closed: dict[int, int | None] = {}  # batch id -> closed through after it (this process's batches)
+        self._states: dict[int, ClosingState] = {}  # batch id -> state after it (this process's batches)
+
+    def closable(self, state: ClosingState, known: Mapping[int, int] | None = None) -> int | None:
+        """How far a batch after `state` may close (`closable`), None: no window closes."""
+        return closable(state, self._record.partitions, self._windowing, known)
+
+    def state(self, batch_id: int) -> ClosingState | None:
+        """The state after `batch_id` (from this process's memory, else the checkpoint); the empty
+        state before batch 0; None if the checkpoint lacks it."""
+        if batch_id < 0:
+            return ClosingState()
+        with self._lock:
+            if batch_id in self._states:
+                return self._states[batch_id]
+        state = closing_state(self._files, batch_id)
+        if state is not None:
+            with self._lock:
+                self._states[batch_id] = state
+        return state
 
     def closed_through(self, batch_id: int) -> int | None:
-        """Closed through after `batch_id` (from this process's memory, else the checkpoint)."""
-        with self._lock:
-            if batch_id in self._closed:
-                return self._closed[batch_id]
-        state = self._load(batch_id)
+        """Closed through after `batch_id`."""
+        state = self.state(batch_id)
         return None if state is None else state.closed_through
 
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+    def run(
+        self, spark: SparkSession, batch_id: int, start: Mapping[int, int], end: Mapping[int, int], through: int | None
+    ) -> ClosingState:
+        """Batch `batch_id`: compute the windows ending up to `through` (decided before the batch and
+        recorded in its offset log, so a replay closes the same ones), then read the route headers
+        of [start, end) for what later batches close. The results come first: they are what a user
+        waits for."""
         with stages.timed(self._name, "batch"):
-            self._batch(batch, batch_id)
-
-    def _batch(self, batch: DataFrame, batch_id: int) -> None:
-        previous = ClosingState()
-        if batch_id > 0:
             with stages.timed(self._name, "state_read"):
-                loaded = self._load(batch_id - 1)
-            if loaded is None:
+                previous = self.state(batch_id - 1)
+            if previous is None:
                 raise GraphStateLost(
                     f"execution graph {self._record.query_id}: its checkpoint has no {STATE_DIR}/{batch_id - 1}, the "
                     "state of its last committed batch; the checkpoint was damaged or written by another engine"
                 )
-            previous = loaded
-        with stages.timed(self._name, "headers"):
-            reads = self._reads(batch)
-        state, closing = advance(previous, batch_id, reads, self._record.partitions, self._windowing)
-        # Written before the results. A replay of this batch reaches the same state from the same
-        # state before it, so a file already there is kept.
-        with stages.timed(self._name, "state_write"):
-            self._files.write_once(f"{STATE_DIR}/{batch_id}", state.to_json())
-        if closing is not None:
-            with stages.timed(self._name, "close"):
-                self._close(batch.sparkSession, closing, batch_id)
-        with self._lock:
-            self._closed[batch_id] = state.closed_through
-            for old in [b for b in self._closed if b < batch_id - STATE_FILES_KEPT]:
-                del self._closed[old]
-        self._files.delete(f"{STATE_DIR}/{batch_id - STATE_FILES_KEPT}")
-
-    def _load(self, batch_id: int) -> ClosingState | None:
-        return closing_state(self._files, batch_id)
+            if through is not None and (previous.closed_through is None or through > previous.closed_through):
+                with stages.timed(self._name, "close"):
+                    self._close(spark, closing_for(previous, through, start, end, self._windowing), batch_id)
+            else:
+                through = None
+            offsets = {p: (start[p], e) for p, e in end.items() if p in start and e > start[p]}
+            reads: list[PartitionRead] = []
+            if offsets:
+                with stages.timed(self._name, "headers"):
+                    raw = read_range(spark, self._kafka.spark_kafka_options(), self._record.topic, offsets)
+                    reads = self._reads(raw)
+            state = advance(previous, batch_id, reads, through, self._windowing)
+            # A replay of this batch reaches the same state from the same state before it, the same
+            # rows and the same `through`, so a file already there is kept.
+            with stages.timed(self._name, "state_write"):
+                self._files.write_once(f"{STATE_DIR}/{batch_id}", state.to_json())
+            with self._lock:
+                self._states[batch_id] = state
+                for old in [b for b in self._states if b < batch_id - STATE_FILES_KEPT]:
+                    del self._states[old]
+            self._files.delete(f"{STATE_DIR}/{batch_id - STATE_FILES_KEPT}")
+            return state
 
     def _reads(self, batch: DataFrame) -> list[PartitionRead]:
         """Per graph partition: the end offset, the highest marker and each bucket's first offset, in

@@ -8,15 +8,18 @@ of its own, with the same checkpoint discipline as Spark's micro-batch engine:
 
 1. it wakes when the service graph's marker producer says a marker that crosses a window boundary
    is in the graph's topic (`notify`), when a batch left rows behind (the row cap), and every
-   IDLE_POLL_S in any case (a marker whose notice was lost, a restart);
+   IDLE_POLL_S in any case (a marker whose notice was lost, a restart), and at once when a batch
+   read markers that close more than it did;
 2. it takes the topic's end offsets, caps the range at `graph_batch_cap` rows (split over the
-   partitions in proportion to their rows, no partition starved, as Spark's Kafka source does), and
-   writes the batch's offsets to `offsets/<batch id>` before reading a row;
-3. it runs the batch (WindowCloser: the markers, the state, the windows that close) over exactly
-   that range, read as a Spark batch, and writes `commits/<batch id>` once its results are out.
+   partitions in proportion to their rows, no partition starved, as Spark's Kafka source does),
+   decides how far the batch closes (from the markers earlier batches read and those the producer
+   saw taken below the range's end), and writes both to `offsets/<batch id>` before reading a row;
+3. it runs the batch (WindowCloser: the windows that close, then the headers and the state) over
+   exactly that range, read as Spark batch jobs, and writes `commits/<batch id>` once it is done.
 
-A restart replays a batch whose offsets are written and whose commit is not, over the same range,
-as Spark would: the closer reaches the same state and writes the same results under the same keys.
+A restart replays a batch whose offsets are written and whose commit is not, over the same range and
+to the same closed point, as Spark would: the closer writes the same results under the same keys and
+reaches the same state.
 The object answers what the executor asks of a streaming query (active, status, progress, failure,
 stop), so the rest of hotswap watches, reports and stops it like any other graph.
 """
@@ -27,8 +30,9 @@ import json
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,7 +44,7 @@ from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from hotswap.contract.outages import KAFKA, OUTAGES
 from hotswap.execution_graph.checkpoint import CheckpointDir
-from hotswap.execution_graph.closing import STATE_FILES_KEPT, WindowCloser, read_range
+from hotswap.execution_graph.closing import STATE_FILES_KEPT, ClosingState, WindowCloser, closing_state
 from hotswap.execution_graph.errors import ClosingGraphFailed, GraphStateLost
 
 log = structlog.get_logger(__name__)
@@ -48,6 +52,7 @@ log = structlog.get_logger(__name__)
 IDLE_POLL_S = 5.0  # a batch at least this often while rows wait, whatever the markers say
 PROGRESS_KEPT = 100  # as many progress reports as Spark keeps for a streaming query
 OFFSETS_TIMEOUT_MS = 15_000  # how long one read of the topic's end offsets may wait for a broker
+NOTICES_KEPT = 64  # marker notices kept for the next batch's plan (a few seconds of service batches)
 STOP_JOIN_S = 30.0  # how long stop() waits for the loop after cancelling its batch
 COMMIT_TEXT = 'v1\n{"nextBatchWatermarkMs":0}'  # Spark's commit log entry, so any reader of it understands
 
@@ -57,11 +62,13 @@ EndOffsets = Callable[[], dict[int, int]]
 
 @dataclass(frozen=True)
 class BatchRange:
-    """One batch: the offsets [start, end) it reads of each partition."""
+    """One batch: the offsets [start, end) it reads of each partition, and how far it closes
+    windows (None: it closes none), decided before it runs."""
 
     batch_id: int
     start: Offsets
     end: Offsets
+    through: int | None = None
 
     @property
     def rows(self) -> int:
@@ -69,10 +76,11 @@ class BatchRange:
 
     def log_text(self, topic: str) -> str:
         """The offset log entry: Spark's layout (a version line, the batch's metadata, one line per
-        source with its end offsets), the start offsets in the metadata line."""
+        source with its end offsets), the start offsets and `through` in the metadata line."""
         start = {topic: {str(p): o for p, o in sorted(self.start.items())}}
         end = {topic: {str(p): o for p, o in sorted(self.end.items())}}
-        return "\n".join(["v1", json.dumps({"batchWatermarkMs": 0, "start": start}), json.dumps(end)])
+        meta = {"batchWatermarkMs": 0, "start": start, "closeThrough": self.through}
+        return "\n".join(["v1", json.dumps(meta), json.dumps(end)])
 
 
 def capped_end(start: Offsets, ends: Offsets, cap: int | None) -> dict[int, int]:
@@ -91,17 +99,36 @@ def capped_end(start: Offsets, ends: Offsets, cap: int | None) -> dict[int, int]
     return out
 
 
-def parse_offset_log(text: str) -> tuple[dict[int, int] | None, dict[int, int]]:
-    """An offset log entry's start offsets (None: not recorded, as in one Spark wrote) and end offsets."""
+@dataclass(frozen=True)
+class PlannedBatch:
+    """An offset log entry: the batch, and what its writer recorded. One Spark wrote has no start
+    offsets (its start is the end of the batch before); one that an earlier version of the loop or
+    Spark's engine wrote has no `closeThrough` (its batch decided what closes from the headers it
+    read, and wrote that in its state file before its results)."""
+
+    batch: BatchRange
+    start_recorded: bool
+    through_recorded: bool
+
+
+def parse_offset_log(batch_id: int, text: str) -> PlannedBatch:
+    """An offset log entry as the batch it planned."""
     lines = text.splitlines()
-    start: dict[int, int] | None = None
+    meta: object = {}
     if len(lines) > 1:
         try:
             meta = json.loads(lines[1])
         except ValueError:
             meta = {}
-        if isinstance(meta, dict) and isinstance(meta.get("start"), dict):
+    start: dict[int, int] = {}
+    through: int | None = None
+    if isinstance(meta, dict):
+        if isinstance(meta.get("start"), dict):
             start = {int(p): int(o) for parts in meta["start"].values() for p, o in parts.items()}
+        if isinstance(meta.get("closeThrough"), int):
+            through = int(meta["closeThrough"])
+    start_recorded = isinstance(meta, dict) and isinstance(meta.get("start"), dict)
+    through_recorded = isinstance(meta, dict) and "closeThrough" in meta
     end: dict[int, int] = {}
     for line in lines[2:]:
         source = json.loads(line)
@@ -109,7 +136,7 @@ def parse_offset_log(text: str) -> tuple[dict[int, int] | None, dict[int, int]]:
             end.update(
                 {int(p): int(o) for parts in source.values() if isinstance(parts, dict) for p, o in parts.items()}
             )
-    return start, end
+    return PlannedBatch(BatchRange(batch_id, start, end, through), start_recorded, through_recorded)
 
 
 class TopicEnds:
@@ -154,7 +181,6 @@ class ClosingQuery:
         name: str,
         query_id: str,
         topic: str,
-        kafka_options: Mapping[str, str],
         closer: WindowCloser,
         files: CheckpointDir,
         ends: TopicEnds,
@@ -167,7 +193,6 @@ class ClosingQuery:
         self._id = query_id
         self._run_id = str(uuid.uuid4())
         self._topic = topic
-        self._kafka_options = dict(kafka_options)
         self._closer = closer
         self._files = files
         self._ends = ends
@@ -178,6 +203,8 @@ class ClosingQuery:
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._slot: int | None = None  # the slide of the last marker that woke the loop
+        # Markers the producer saw every partition take: (watermark, partition -> offset), newest last.
+        self._notified: deque[tuple[int, dict[int, int]]] = deque(maxlen=NOTICES_KEPT)
         self._failure: BaseException | None = None
         self._trigger_active = False
         self._message = "Initializing sources"
@@ -247,13 +274,27 @@ class ClosingQuery:
             if self._thread.is_alive():
                 log.warning("closing graph's loop still runs after its stop", query=self._name, waited_s=STOP_JOIN_S)
 
-    def notify(self, watermark: int) -> None:
-        """A marker at `watermark` is in the graph's topic: wake the loop if it starts a new slide
-        (a window may close). Called on the marker producer's thread: it only sets an event."""
+    def notify(self, watermark: int, offsets: Mapping[int, int]) -> None:
+        """A marker at `watermark` is in every partition of the graph's topic, at `offsets`: wake the
+        loop if it starts a new slide (a window may close). The next batch that reads past it closes
+        through it without waiting to read it. Called on the marker producer's thread."""
+        with self._lock:
+            self._notified.append((watermark, dict(offsets)))
         slot = watermark // self._slide_ms
         if slot != self._slot:
             self._slot = slot
             self._wake.set()
+
+    def _known(self, end: Offsets) -> dict[int, int]:
+        """Per partition, the highest marker the producer saw taken below `end`."""
+        with self._lock:
+            notified = list(self._notified)
+        known: dict[int, int] = {}
+        for watermark, offsets in notified:
+            for partition, offset in offsets.items():
+                if offset < end.get(partition, 0) and watermark > known.get(partition, watermark - 1):
+                    known[partition] = watermark
+        return known
 
     # -- the loop ----------------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -284,8 +325,10 @@ class ClosingQuery:
                     OUTAGES.down(KAFKA, f"{type(exc).__name__}: {exc}", "a closing graph's next batch")
                     continue
                 end = capped_end(start, ends, self._cap)
-                batch = BatchRange(next_id, dict(start), end)
-                if batch.rows == 0:
+                state = self._closer.state(next_id - 1)
+                through = None if state is None else self._closer.closable(state, self._known(end))
+                batch = BatchRange(next_id, dict(start), end, through)
+                if batch.rows == 0 and through is None:
                     continue
                 if self._files.exists(f"offsets/{next_id}"):
                     # Another writer of this checkpoint (a stalled executor's Spark) planned the batch.
@@ -294,10 +337,10 @@ class ClosingQuery:
                         "written by another writer of its checkpoint"
                     )
                 self._files.write_once(f"offsets/{next_id}", batch.log_text(self._topic))  # written ahead
-                self._run(batch)
+                after = self._run(batch)
                 next_id, start = next_id + 1, end
-                if any(end.get(p, 0) < e for p, e in ends.items()):
-                    self._wake.set()  # the cap left rows behind: go on at once
+                if any(end.get(p, 0) < e for p, e in ends.items()) or self._closer.closable(after) is not None:
+                    self._wake.set()  # the cap left rows behind, or the batch read markers that close more
         except BaseException as exc:  # noqa: BLE001 - the user's query may raise anything: exception() reports it
             if not self._stopping.is_set():
                 # As Spark's StreamingQueryException: a wrapper whose text holds the cause's.
@@ -315,18 +358,27 @@ class ClosingQuery:
 
     def _resume(self) -> tuple[int, dict[int, int]]:
         """The next batch and where it starts; a batch planned and not committed is replayed first."""
-        planned = self._files.batch_ids("offsets")
-        if not planned:
+        logged = self._files.batch_ids("offsets")
+        if not logged:
             return 0, {}
-        last = max(planned)
-        start, end = self._planned(last)
+        last = max(logged)
+        planned = self._planned(last)
+        batch = planned.batch
         if last in self._files.batch_ids("commits"):
-            return last + 1, end
-        if start is None:
-            start = self._planned(last - 1)[1] if last > 0 else self._initial_offsets()
+            return last + 1, dict(batch.end)
+        if not planned.start_recorded:
+            start = dict(self._planned(last - 1).batch.end) if last > 0 else self._initial_offsets()
+            batch = replace(batch, start=start)
+        if not planned.through_recorded:
+            # Written by an earlier version, which decided what closes from the batch's headers and
+            # wrote that state before its results: if it got that far, its results may be partly
+            # out, so the replay closes as far as it said.
+            written = closing_state(self._files, last)
+            if written is not None:
+                batch = replace(batch, through=written.closed_through)
         log.info("replaying a closing graph's batch", query=self._name, batch=last)
-        self._run(BatchRange(last, start, end))
-        return last + 1, end
+        self._run(batch)
+        return last + 1, dict(batch.end)
 
     def _initial_offsets(self) -> dict[int, int]:
         """Where batch 0 started: Spark's streaming engine recorded it in `sources/0/0` (a version
@@ -342,15 +394,15 @@ class ClosingQuery:
                     return {int(p): int(o) for p, o in source[self._topic].items()}
         return self._ends.beginning()
 
-    def _planned(self, batch_id: int) -> tuple[dict[int, int] | None, dict[int, int]]:
+    def _planned(self, batch_id: int) -> PlannedBatch:
         text = self._files.read_text(f"offsets/{batch_id}")
         if text is None:
             raise GraphStateLost(
                 f"execution graph {self._id}: its checkpoint has no offsets/{batch_id}; the checkpoint was damaged"
             )
-        return parse_offset_log(text)
+        return parse_offset_log(batch_id, text)
 
-    def _run(self, batch: BatchRange) -> None:
+    def _run(self, batch: BatchRange) -> ClosingState:
         began_wall, began = datetime.now(UTC), time.monotonic()
         with self._lock:
             if self._stopping.is_set():
@@ -358,10 +410,8 @@ class ClosingQuery:
             self._trigger_active = True
             self._message = "Processing new data"
         try:
-            offsets = {p: (batch.start[p], e) for p, e in batch.end.items() if e > batch.start.get(p, e)}
-            raw = read_range(self._session, self._kafka_options, self._topic, offsets)
             ran = time.monotonic()
-            self._closer(raw, batch.batch_id)
+            state = self._closer.run(self._session, batch.batch_id, batch.start, batch.end, batch.through)
             added = time.monotonic()
             self._files.write_once(f"commits/{batch.batch_id}", COMMIT_TEXT)
             old = batch.batch_id - STATE_FILES_KEPT
@@ -382,6 +432,7 @@ class ClosingQuery:
                 "triggerExecution": round((done - began) * 1000),
             },
         )
+        return state
 
     def _report(self, batch: BatchRange, began: datetime, durations: dict[str, int]) -> None:
         seconds = max(durations["triggerExecution"], 1) / 1000

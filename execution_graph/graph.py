@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from typing import Any, Protocol
 
@@ -158,6 +158,10 @@ class GraphRunner:
         session = isolated_session(self._spark, self._rules.static_tables)
         tables = tuple(self._rules.static_tables)
         if record.engine is GraphEngine.CLOSING:
+            # A closing batch is a few small jobs on a few thousand rows: adaptive execution's
+            # re-planning at each shuffle costs more than it saves there (its shuffles then use
+            # spark.sql.shuffle.partitions as set, 2 by default; raise it for big windows).
+            session.conf.set("spark.sql.adaptive.enabled", "false")
             compute = prepare_query(record.source, tables)
             # Applied once now, to an empty batch: a query that no longer analyses fails its start, as a
             # stateful graph's does; then once for each batch that closes windows.
@@ -170,7 +174,6 @@ class GraphRunner:
                 name=name,
                 query_id=record.spark_query_id,
                 topic=record.topic,
-                kafka_options=self._kafka.spark_kafka_options(),
                 closer=closer,
                 files=files,
                 ends=TopicEnds(self._kafka.kafka_python_config(), record.topic, record.partitions),
@@ -210,13 +213,14 @@ class GraphRunner:
             partitions=record.partitions,
         )
 
-    def markers_taken(self, topic: str, watermark: int) -> None:
-        """The service graph's marker producer: Kafka took a marker at `watermark` in `topic`. A
-        closing graph reading that topic looks whether a window closes (on the producer's thread)."""
+    def markers_taken(self, topic: str, watermark: int, offsets: Mapping[int, int]) -> None:
+        """The service graph's marker producer: Kafka took a marker at `watermark` in every partition
+        of `topic`, at `offsets`. A closing graph reading that topic looks whether a window closes
+        (on the producer's thread)."""
         with self._lock:
             readers = [c for c in self._closing.values() if c.topic == topic]
         for closing in readers:  # a failed graph and its successor may read one topic
-            closing.notify(watermark)
+            closing.notify(watermark, offsets)
 
     def begin(self, record: GraphRecord, writer: BatchWriter) -> None:
         """Start the graph's query on a thread of its own, unless it runs or is starting already."""

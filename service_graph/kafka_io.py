@@ -4,7 +4,8 @@ producer of watermark markers."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 import structlog
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -19,8 +20,19 @@ log = structlog.get_logger(__name__)
 
 MARKER_KEY = b"__hotswap_marker__"
 
-# Told, on the producer's thread, that Kafka took a marker: (topic, watermark). It must return at once.
-MarkerTaken = Callable[[str, int], None]
+# Told, on the producer's thread, that every partition of a topic took a marker: (topic, watermark,
+# partition -> the marker's offset there). It must return at once.
+MarkerTaken = Callable[[str, int, Mapping[int, int]], None]
+
+
+class Placed(Protocol):
+    """Where Kafka put a record (kafka-python's RecordMetadata)."""
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def offset(self) -> int: ...
 
 
 class SourceOffsets:
@@ -58,10 +70,11 @@ class SourceOffsets:
 
 
 class _Awaited:
-    """The partitions of one marker whose answer has not come yet."""
+    """The partitions of one marker whose answer has not come yet, and where the others put it."""
 
     def __init__(self, partitions: int) -> None:
         self.left = partitions
+        self.offsets: dict[int, int] = {}
 
 
 class MarkerWriter:
@@ -106,18 +119,19 @@ class MarkerWriter:
             self._producer.flush(timeout=30)
         log.debug("watermark markers sent", markers=[(m.query_id, m.watermark) for m in markers])
 
-    def _taken(self, marker: Marker, awaited: _Awaited, _metadata: object) -> None:
+    def _taken(self, marker: Marker, awaited: _Awaited, placed: Placed) -> None:
         # Called on the producer's own thread, once per partition: the marker is written when every
         # partition took it (one refused, and the next batch or tick sends it again to them all).
         OUTAGES.up(KAFKA)
         with self._lock:
             awaited.left -= 1
+            awaited.offsets[placed.partition] = placed.offset
             if awaited.left > 0:
                 return
             if self._written.get(marker.topic, -1) < marker.watermark:
                 self._written[marker.topic] = marker.watermark
         if self._on_taken is not None:
-            self._on_taken(marker.topic, marker.watermark)
+            self._on_taken(marker.topic, marker.watermark, dict(awaited.offsets))
 
     def _refused(self, marker: Marker, error: BaseException) -> None:
         # Not recorded as written: the next batch or tick sends it again.

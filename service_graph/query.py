@@ -93,8 +93,9 @@ class ServiceGraph:
         recovery: RecoverySettings,
         on_markers: MarkerTaken | None = None,
     ) -> None:
-        """`on_markers` is told, on the marker producer's thread, of each marker Kafka took (its
-        topic and watermark): closing graphs wake on it."""
+        """`on_markers` is told, on the marker producer's thread, of each marker every partition of
+        its topic took (the topic, the watermark, its offset in each partition): closing graphs wake
+        on it and close through it without reading it first."""
         self._spark = spark
         self._pipeline = pipeline
         self._kafka = kafka

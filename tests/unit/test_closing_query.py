@@ -4,10 +4,20 @@ says a marker is written only once every partition took it (service_graph/kafka_
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from hotswap.contract.settings import Settings
-from hotswap.execution_graph.closing_query import BatchRange, capped_end, parse_offset_log
+from hotswap.execution_graph.closing import ClosingState
+from hotswap.execution_graph.closing_query import BatchRange, ClosingQuery, PlannedBatch, capped_end, parse_offset_log
 from hotswap.service_graph.kafka_io import MarkerWriter, _Awaited
 from hotswap.service_graph.routing import Marker
+
+
+@dataclass(frozen=True)
+class Placed:
+    partition: int
+    offset: int
 
 
 def test_a_batch_under_the_cap_reads_everything_that_waits() -> None:
@@ -26,12 +36,17 @@ def test_offsets_never_move_back_when_kafka_reports_less() -> None:
     assert capped_end({0: 50}, {0: 40}, cap=None) == {0: 50}
 
 
-def test_the_offset_log_keeps_both_ends_and_reads_as_sparks() -> None:
-    text = BatchRange(7, {0: 3, 1: 0}, {0: 9, 1: 4}).log_text("t")
+def test_the_offset_log_keeps_both_ends_and_what_closes_and_reads_as_sparks() -> None:
+    batch = BatchRange(7, {0: 3, 1: 0}, {0: 9, 1: 4}, through=30_000)
+    text = batch.log_text("t")
     assert text.splitlines()[0] == "v1"
-    assert parse_offset_log(text) == ({0: 3, 1: 0}, {0: 9, 1: 4})
+    assert parse_offset_log(7, text) == PlannedBatch(batch, start_recorded=True, through_recorded=True)
+    nothing = BatchRange(8, {0: 9}, {0: 9})
+    assert parse_offset_log(8, nothing.log_text("t")) == PlannedBatch(nothing, True, True)
     spark_written = 'v1\n{"batchWatermarkMs":0,"batchTimestampMs":1}\n{"t":{"0":12,"1":5}}'
-    assert parse_offset_log(spark_written) == (None, {0: 12, 1: 5})
+    assert parse_offset_log(3, spark_written) == PlannedBatch(BatchRange(3, {}, {0: 12, 1: 5}), False, False)
+    earlier_loop = 'v1\n{"batchWatermarkMs":0,"start":{"t":{"0":3}}}\n{"t":{"0":9}}'
+    assert parse_offset_log(4, earlier_loop) == PlannedBatch(BatchRange(4, {0: 3}, {0: 9}), True, False)
 
 
 def test_a_batch_counts_only_the_rows_it_reads() -> None:
@@ -39,12 +54,78 @@ def test_a_batch_counts_only_the_rows_it_reads() -> None:
 
 
 def test_a_marker_is_written_once_every_partition_took_it() -> None:
-    taken: list[tuple[str, int]] = []
-    writer = MarkerWriter(Settings(namespace="unit").kafka, lambda topic, watermark: taken.append((topic, watermark)))
+    taken: list[tuple[str, int, dict[int, int]]] = []
+    writer = MarkerWriter(
+        Settings(namespace="unit").kafka, lambda topic, watermark, at: taken.append((topic, watermark, dict(at)))
+    )
     marker = Marker("q", "t", 20_000)
     awaited = _Awaited(3)
-    writer._taken(marker, awaited, None)
-    writer._taken(marker, awaited, None)
+    writer._taken(marker, awaited, Placed(0, 41))
+    writer._taken(marker, awaited, Placed(2, 7))
     assert taken == [], "two of three partitions are not the marker"
-    writer._taken(marker, awaited, None)
-    assert taken == [("t", 20_000)]
+    writer._taken(marker, awaited, Placed(1, 12))
+    assert taken == [("t", 20_000, {0: 41, 1: 12, 2: 7})]
+
+
+def test_a_batch_counts_a_marker_the_producer_saw_only_if_it_reads_past_it() -> None:
+    unused: Any = None
+    query = ClosingQuery(
+        unused,
+        name="g",
+        query_id="q",
+        topic="t",
+        closer=unused,
+        files=unused,
+        ends=unused,
+        cap=None,
+        slide_ms=10_000,
+        retry_deadline_s=1.0,
+    )
+    query.notify(20_000, {0: 5, 1: 3})
+    query.notify(30_000, {0: 9, 1: 8})
+    assert query._known({0: 10, 1: 8}) == {0: 30_000, 1: 20_000}, "partition 1 ends at the 30 s marker's offset"
+    assert query._known({0: 5, 1: 9}) == {1: 30_000}
+
+
+class _Files:
+    """A checkpoint directory in a dict: name -> text."""
+
+    def __init__(self, files: dict[str, str]) -> None:
+        self.files = files
+
+    def read_text(self, name: str) -> str | None:
+        return self.files.get(name)
+
+    def batch_ids(self, name: str) -> set[int]:
+        return {int(n.rsplit("/", 1)[1]) for n in self.files if n.startswith(f"{name}/")}
+
+
+def _replayed(files: dict[str, str]) -> BatchRange:
+    unused: Any = None
+    fake: Any = _Files(files)
+    query = ClosingQuery(
+        unused,
+        name="g",
+        query_id="q",
+        topic="t",
+        closer=unused,
+        files=fake,
+        ends=unused,
+        cap=None,
+        slide_ms=10_000,
+        retry_deadline_s=1.0,
+    )
+    runs: list[BatchRange] = []
+    query._run = runs.append  # type: ignore[method-assign,assignment]
+    assert query._resume() == (5, {0: 9})
+    (batch,) = runs
+    return batch
+
+
+def test_a_batch_an_earlier_version_planned_is_replayed_as_far_as_its_state_file_closed() -> None:
+    log = 'v1\n{"batchWatermarkMs":0,"start":{"t":{"0":3}}}\n{"t":{"0":9}}'
+    state = ClosingState(batch_id=4, closed_through=30_000, markers={0: 30_000}, ends={0: 9})
+    # It wrote its state (closed through 30 s) before its results, then stopped: results may be out.
+    assert _replayed({"offsets/4": log, "closing/4": state.to_json()}) == BatchRange(4, {0: 3}, {0: 9}, 30_000)
+    # It stopped before its state: nothing of it is out, and the next batch closes what it read.
+    assert _replayed({"offsets/4": log}) == BatchRange(4, {0: 3}, {0: 9}, None)
