@@ -80,6 +80,8 @@ class ClosingState:
     ends: Mapping[int, int] = field(default_factory=dict)  # partition -> offset after the last record read
     # bucket start (ms) -> partition -> offset of the first data row of that bucket, for open buckets
     first_offsets: Mapping[int, Mapping[int, int]] = field(default_factory=dict)
+    # partition -> [from, to): rows a batch that closed windows left for the next batch's headers pass
+    unread: Mapping[int, tuple[int, int]] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -92,6 +94,7 @@ class ClosingState:
                     str(b): {str(p): o for p, o in sorted(parts.items())}
                     for b, parts in sorted(self.first_offsets.items())
                 },
+                "unread": {str(p): list(r) for p, r in sorted(self.unread.items())},
             },
             separators=(",", ":"),
         )
@@ -107,6 +110,7 @@ class ClosingState:
             first_offsets={
                 int(b): {int(p): int(o) for p, o in parts.items()} for b, parts in raw["first_offsets"].items()
             },
+            unread={int(p): (int(r[0]), int(r[1])) for p, r in raw.get("unread", {}).items()},
         )
 
 
@@ -148,8 +152,9 @@ def closing_for(
     state: ClosingState, through: int, start: Mapping[int, int], end: Mapping[int, int], windowing: Windowing
 ) -> Closing:
     """The windows ending in (state.closed_through, through], and where their rows are: from the
-    first offset of each bucket they need that earlier batches read, else from where this batch
-    starts (rows no batch has read yet can only lie there), to where this batch ends."""
+    first offset of each bucket they need that earlier batches read, else from where the rows whose
+    headers no batch has read begin (this batch's start, or a range an earlier batch left unread),
+    to where this batch ends."""
     previous = state.closed_through
     offsets: dict[int, tuple[int, int]] = {}
     for partition, stop in end.items():
@@ -158,7 +163,8 @@ def closing_for(
             for bucket, parts in state.first_offsets.items()
             if partition in parts and _needed(bucket, previous, through, windowing)
         ]
-        begin = min([*firsts, start.get(partition, stop)])
+        unread = [state.unread[partition][0]] if partition in state.unread else []
+        begin = min([*firsts, *unread, start.get(partition, stop)])
         if begin < stop:
             offsets[partition] = (begin, stop)
     rows_since = None if previous is None else previous - windowing.size_ms + 1
@@ -166,11 +172,17 @@ def closing_for(
 
 
 def advance(
-    state: ClosingState, batch_id: int, reads: Iterable[PartitionRead], through: int | None, windowing: Windowing
+    state: ClosingState,
+    batch_id: int,
+    reads: Iterable[PartitionRead],
+    through: int | None,
+    windowing: Windowing,
+    unread: Mapping[int, tuple[int, int]] | None = None,
 ) -> ClosingState:
-    """The state after a batch that read `reads` and closed the windows ending up to `through`
-    (None: it closed none). What the reads say can close more waits for the next batch, whose
-    offset log records it before its results."""
+    """The state after a batch that read the headers `reads` (of its range and of any range the
+    batch before left unread) and closed the windows ending up to `through` (None: it closed none),
+    or that left its range `unread`. What the reads say can close more waits for the next batch,
+    whose offset log records it before its results."""
     markers = dict(state.markers)
     ends = dict(state.ends)
     first: dict[int, dict[int, int]] = {b: dict(parts) for b, parts in state.first_offsets.items()}
@@ -188,7 +200,9 @@ def advance(
         # A bucket no window ending after `closed` reads is done with (a replayed service batch's
         # duplicates may bring its rows again after the marker: they belong to closed windows).
         first = {b: parts for b, parts in first.items() if _needed(b, closed, None, windowing)}
-    return ClosingState(batch_id, closed, markers, ends, first)
+    for partition, (_, stop) in (unread or {}).items():
+        ends[partition] = max(stop, ends.get(partition, stop))
+    return ClosingState(batch_id, closed, markers, ends, first, dict(unread or {}))
 
 
 def _needed(bucket: int, after: int | None, through: int | None, windowing: Windowing) -> bool:
@@ -268,11 +282,20 @@ class WindowCloser:
                 through = None
             offsets = {p: (start[p], e) for p, e in end.items() if p in start and e > start[p]}
             reads: list[PartitionRead] = []
-            if offsets:
-                with stages.timed(self._name, "headers"):
-                    raw = read_range(spark, self._kafka.spark_kafka_options(), self._record.topic, offsets)
-                    reads = self._reads(raw)
-            state = advance(previous, batch_id, reads, through, self._windowing)
+            unread: dict[int, tuple[int, int]] = {}
+            if through is not None and not previous.unread:
+                # The headers wait for the next batch: this one is done once its results are out
+                # (the drain of a swap waits for no more). At most one batch's range waits so.
+                unread = offsets
+            else:
+                for partition, (begin, _) in previous.unread.items():
+                    if partition in end and begin < end[partition]:
+                        offsets[partition] = (min(begin, offsets.get(partition, (begin, 0))[0]), end[partition])
+                if offsets:
+                    with stages.timed(self._name, "headers"):
+                        raw = read_range(spark, self._kafka.spark_kafka_options(), self._record.topic, offsets)
+                        reads = self._reads(raw)
+            state = advance(previous, batch_id, reads, through, self._windowing, unread)
             # A replay of this batch reaches the same state from the same state before it, the same
             # rows and the same `through`, so a file already there is kept.
             with stages.timed(self._name, "state_write"):

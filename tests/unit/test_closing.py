@@ -119,3 +119,19 @@ def test_the_state_survives_its_file() -> None:
         TUMBLING,
     )
     assert ClosingState.from_json(state.to_json()) == state
+
+
+def test_rows_a_closing_batch_left_unread_are_read_by_the_next_close_and_headers() -> None:
+    read = PartitionRead(0, end=4, marker=10_000, first_offsets={10_000: 3})
+    state = advance(ClosingState(), 0, [read], 10_000, TUMBLING)
+    # Batch 1 closes through 20 s and leaves its headers, [4, 9), for the next batch.
+    state = advance(state, 1, [], 20_000, TUMBLING, unread={0: (4, 9)})
+    assert state.unread == {0: (4, 9)}
+    assert ClosingState.from_json(state.to_json()) == state
+    # Rows of the window ending at 30 s may lie in the unread range: the next close reads it.
+    closing = closing_for(state, 30_000, start={0: 9}, end={0: 12}, windowing=TUMBLING)
+    assert closing.offsets == {0: (4, 12)}
+    # A batch that reads the headers (of the unread range and its own) forgets the range.
+    state = advance(state, 2, [PartitionRead(0, end=12, marker=30_000, first_offsets={20_000: 5})], None, TUMBLING)
+    assert state.unread == {}
+    assert closable(state, partitions=1, windowing=TUMBLING) == 30_000
