@@ -265,8 +265,9 @@ class WindowCloser:
     ) -> ClosingState:
         """Batch `batch_id`: compute the windows ending up to `through` (decided before the batch and
         recorded in its offset log, so a replay closes the same ones), then read the route headers
-        of [start, end) for what later batches close. The results come first: they are what a user
-        waits for."""
+        of [start, end), and of a range the batch before left unread, for what later batches close;
+        a batch that closed windows leaves its own to the next batch when none wait so. The results
+        come first: they are what a user, and a swap's drain, waits for."""
         with stages.timed(self._name, "batch"):
             with stages.timed(self._name, "state_read"):
                 previous = self.state(batch_id - 1)

@@ -67,26 +67,6 @@ def test_a_marker_is_written_once_every_partition_took_it() -> None:
     assert taken == [("t", 20_000, {0: 41, 1: 12, 2: 7})]
 
 
-def test_a_batch_counts_a_marker_the_producer_saw_only_if_it_reads_past_it() -> None:
-    unused: Any = None
-    query = ClosingQuery(
-        unused,
-        name="g",
-        query_id="q",
-        topic="t",
-        closer=unused,
-        files=unused,
-        ends=unused,
-        cap=None,
-        slide_ms=10_000,
-        retry_deadline_s=1.0,
-    )
-    query.notify(20_000, {0: 5, 1: 3})
-    query.notify(30_000, {0: 9, 1: 8})
-    assert query._known({0: 10, 1: 8}) == {0: 30_000, 1: 20_000}, "partition 1 ends at the 30 s marker's offset"
-    assert query._known({0: 5, 1: 9}) == {1: 30_000}
-
-
 class _Files:
     """A checkpoint directory in a dict: name -> text."""
 
@@ -100,10 +80,11 @@ class _Files:
         return {int(n.rsplit("/", 1)[1]) for n in self.files if n.startswith(f"{name}/")}
 
 
-def _replayed(files: dict[str, str]) -> BatchRange:
+def _loop(files: dict[str, str] | None = None) -> ClosingQuery:
+    """A closing graph's loop that is never started: no Spark, no Kafka, its checkpoint in `files`."""
     unused: Any = None
-    fake: Any = _Files(files)
-    query = ClosingQuery(
+    fake: Any = _Files(files or {})
+    return ClosingQuery(
         unused,
         name="g",
         query_id="q",
@@ -115,6 +96,18 @@ def _replayed(files: dict[str, str]) -> BatchRange:
         slide_ms=10_000,
         retry_deadline_s=1.0,
     )
+
+
+def test_a_batch_counts_a_marker_the_producer_saw_only_if_it_reads_past_it() -> None:
+    query = _loop()
+    query.notify(20_000, {0: 5, 1: 3})
+    query.notify(30_000, {0: 9, 1: 8})
+    assert query._known({0: 10, 1: 8}) == {0: 30_000, 1: 20_000}, "partition 1 ends at the 30 s marker's offset"
+    assert query._known({0: 5, 1: 9}) == {1: 30_000}
+
+
+def _replayed(files: dict[str, str]) -> BatchRange:
+    query = _loop(files)
     runs: list[BatchRange] = []
     query._run = runs.append  # type: ignore[method-assign,assignment]
     assert query._resume() == (5, {0: 9})
