@@ -120,15 +120,12 @@ def parse_offset_log(batch_id: int, text: str) -> PlannedBatch:
             meta = json.loads(lines[1])
         except ValueError:
             meta = {}
-    start: dict[int, int] = {}
-    through: int | None = None
-    if isinstance(meta, dict):
-        if isinstance(meta.get("start"), dict):
-            start = {int(p): int(o) for parts in meta["start"].values() for p, o in parts.items()}
-        if isinstance(meta.get("closeThrough"), int):
-            through = int(meta["closeThrough"])
-    start_recorded = isinstance(meta, dict) and isinstance(meta.get("start"), dict)
-    through_recorded = isinstance(meta, dict) and "closeThrough" in meta
+    if not isinstance(meta, dict):
+        meta = {}
+    start_recorded = isinstance(meta.get("start"), dict)
+    through_recorded = "closeThrough" in meta
+    start = {int(p): int(o) for parts in meta["start"].values() for p, o in parts.items()} if start_recorded else {}
+    through = int(meta["closeThrough"]) if isinstance(meta.get("closeThrough"), int) else None
     end: dict[int, int] = {}
     for line in lines[2:]:
         source = json.loads(line)
