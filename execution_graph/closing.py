@@ -57,6 +57,8 @@ STATE_DIR = "closing"
 # Which rows the last batch that failed computed windows over, written when it fails: the rows a
 # skipped poison batch dead-letters (`poison_batches`), read by GraphRunner.failing_rows.
 FAILED_FILE = f"{STATE_DIR}/failed"
+# How long the broker may hold a fetch of a closing graph's range reads (read_range).
+RANGE_FETCH_MAX_WAIT_MS = 10
 
 
 # -- the state, free of Spark ----------------------------------------------------------------------
@@ -398,6 +400,10 @@ def read_range(
         .option("endingOffsets", json.dumps({topic: {str(p): offsets[p][1] for p in partitions}}))
         .option("failOnDataLoss", "true")  # the topic is the buffer: a row gone is an error, never skipped
         .option("includeHeaders", "true")
+        # Every offset of the range is already written, so a fetch never needs to wait for data. With
+        # the client's default (500 ms) each task of a range ending near the topic's end idled about
+        # half a second before it finished, under a live load (docs/performance.md, run O).
+        .option("kafka.fetch.max.wait.ms", str(RANGE_FETCH_MAX_WAIT_MS))
         .load()
     )
 
