@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -22,6 +22,9 @@ from hotswap.execution_graph.errors import CheckpointsUnreachable
 # is written in place there, never through a temporary one.
 OBJECT_STORE_SCHEMES = frozenset({"s3a", "gs"})
 PROBE_FILE = ".hotswap-probe"  # written and removed by check_checkpoints; a crash may leave it
+# The probe's own S3 client: S3A's retries of a failed request (`retry.limit`, 7 by default, with
+# growing pauses) and the AWS SDK's tries of each (`attempts.maximum`, 5), cut to two of each.
+PROBE_CLIENT = {"fs.s3a.retry.limit": "2", "fs.s3a.attempts.maximum": "2"}
 _T = TypeVar("_T")
 
 
@@ -68,7 +71,17 @@ def check_checkpoints(location: str, spark: SparkSession) -> None:
     """Say in one line, before anything starts, that the checkpoint root cannot be written: a local
     directory without the permission, or a store that refuses (its endpoint down, keys it does not
     take, a bucket that does not exist: that one lists as empty, so a file is written and removed)."""
-    files = root_files(location, spark)
+    if is_store_uri(location):
+        # A client that gives up after a few tries: with Hadoop's default retries, an endpoint that
+        # refuses connections was said only after 112 s.
+        store = CheckpointDir(spark, location, PROBE_CLIENT)
+        try:
+            StoreRoot(store).replace(PROBE_FILE, "hotswap\n")
+            StoreRoot(store).remove(PROBE_FILE)
+        finally:
+            store.close()
+        return
+    files = LocalDir(Path(location))
     try:
         files.replace(PROBE_FILE, "hotswap\n")
         files.remove(PROBE_FILE)
@@ -155,14 +168,29 @@ class StoreRoot:
 class CheckpointDir:
     """Files below one checkpoint directory, by relative name ("closing/12")."""
 
-    def __init__(self, spark: SparkSession, root: str) -> None:
+    def __init__(self, spark: SparkSession, root: str, overrides: Mapping[str, str] | None = None) -> None:
+        """`overrides`: Hadoop settings for a client of this object's own (closed by `close`), on top of
+        the session's; without them, the session's shared client."""
         jvm = spark.sparkContext._jvm
         assert jvm is not None
         self._jvm = jvm
         self._where = root
         self._root = jvm.org.apache.hadoop.fs.Path(root)
-        self._fs = self._root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+        conf = spark.sparkContext._jsc.hadoopConfiguration()
+        self._own_client = bool(overrides)
+        if overrides:
+            conf = jvm.org.apache.hadoop.conf.Configuration(conf)
+            for key, value in overrides.items():
+                conf.set(key, value)
+            self._fs = jvm.org.apache.hadoop.fs.FileSystem.newInstance(self._root.toUri(), conf)
+        else:
+            self._fs = self._root.getFileSystem(conf)
         self._object_store = str(self._fs.getScheme()) in OBJECT_STORE_SCHEMES
+
+    def close(self) -> None:
+        """Close the client, if it is this object's own (the session's shared one stays open)."""
+        if self._own_client:
+            self._fs.close()
 
     @property
     def where(self) -> str:
