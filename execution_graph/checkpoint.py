@@ -5,6 +5,7 @@ seen, the removal of it all: RootFiles)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Callable, Mapping
@@ -23,7 +24,7 @@ from hotswap.execution_graph.errors import CheckpointsUnreachable
 OBJECT_STORE_SCHEMES = frozenset({"s3a", "gs"})
 PROBE_FILE = ".hotswap-probe"  # written and removed by check_checkpoints; a crash may leave it
 # The probe's own S3 client: S3A's retries of a failed request (`retry.limit`, 7 by default, with
-# growing pauses) and the AWS SDK's tries of each (`attempts.maximum`, 5), cut to two of each.
+# growing pauses) and the AWS SDK's retries inside each try (`attempts.maximum`, 5), two of each.
 PROBE_CLIENT = {"fs.s3a.retry.limit": "2", "fs.s3a.attempts.maximum": "2"}
 _T = TypeVar("_T")
 
@@ -72,14 +73,19 @@ def check_checkpoints(location: str, spark: SparkSession) -> None:
     directory without the permission, or a store that refuses (its endpoint down, keys it does not
     take, a bucket that does not exist: that one lists as empty, so a file is written and removed)."""
     if is_store_uri(location):
-        # A client that gives up after a few tries: with Hadoop's default retries, an endpoint that
+        # A client that gives up after a few retries: with Hadoop's defaults, an endpoint that
         # refuses connections was said only after 112 s.
-        store = CheckpointDir(spark, location, PROBE_CLIENT)
         try:
-            StoreRoot(store).replace(PROBE_FILE, "hotswap\n")
-            StoreRoot(store).remove(PROBE_FILE)
+            store = CheckpointDir(spark, location, PROBE_CLIENT)
+        except Py4JError as exc:  # no S3 client for the scheme, or settings it does not take
+            raise _unreachable(location, exc) from exc
+        root = StoreRoot(store)
+        try:
+            root.replace(PROBE_FILE, "hotswap\n")
+            root.remove(PROBE_FILE)
         finally:
-            store.close()
+            with contextlib.suppress(Py4JError):  # what the probe found is the news, not its client's close
+                store.close()
         return
     files = LocalDir(Path(location))
     try:
@@ -159,10 +165,14 @@ class StoreRoot:
         try:
             return request()
         except Py4JError as exc:
-            raise CheckpointsUnreachable(
-                f"the checkpoint root {self.where} cannot be reached ({root_cause(exc)}); check "
-                "HOTSWAP_S3_ENDPOINT, HOTSWAP_S3_ACCESS_KEY and HOTSWAP_S3_SECRET_KEY, and that the bucket exists"
-            ) from exc
+            raise _unreachable(self.where, exc) from exc
+
+
+def _unreachable(where: str, exc: Py4JError) -> CheckpointsUnreachable:
+    return CheckpointsUnreachable(
+        f"the checkpoint root {where} cannot be reached ({root_cause(exc)}); check HOTSWAP_S3_ENDPOINT, "
+        "HOTSWAP_S3_ACCESS_KEY and HOTSWAP_S3_SECRET_KEY, and that the bucket exists"
+    )
 
 
 class CheckpointDir:
