@@ -125,7 +125,7 @@ def time_batches(spark: SparkSession, client: redis.Redis, settings: Settings, b
             state = graph._load_state()
             batch_id = state.last_batch + 1
             graph._plan(batch_id, state, batch=None)  # type: ignore[arg-type]  # watermark set: rows unread
-            graph._record(state, state.changed(last_batch=batch_id), BatchStats(partitions=[]))
+            graph._record(state, state.changed(last_batch=batch_id), BatchStats(partitions=[]), 0)
             service.append((time.perf_counter() - began) * 1000)
             began = time.perf_counter()
             owned()

@@ -17,6 +17,7 @@ from pathlib import Path
 LATE_RECORDS = "late_records"  # rows older than the service watermark, sent to the late topic
 DEAD_LETTER_RECORDS = "dead_letter_records"  # rows sent to the dead-letter topic, whatever the reason
 EXPIRED_RECORDS = "expired_records"  # rows the source's retention deleted before the service graph read them
+SKIPPED_READS = "skipped_reads"  # service batches replayed: Spark's read skipped records Kafka held
 # ... and those followed by a name: a query id (or `service`), or a dead letter's reason code.
 ROUTED = "routed:"  # rows the service graph routed to each graph
 DEAD_LETTER = "dead_letter:"  # dead-lettered rows by reason code

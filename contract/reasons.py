@@ -46,6 +46,7 @@ class ReasonCode(StrEnum):
     # -- said in the log and counted, not a swap's end ----------------------------------------
     BATCH_STALLED = "batch_stalled"  # a batch ran over batch_stall_timeout; cancelled, its query restarted
     RETIRE_TIMEOUT = "retire_timeout"  # a drained old query did not stop within retire_timeout; retired anyway
+    SKIPPED_READ = "skipped_read"  # Spark's source read skipped records Kafka holds; the batch replayed
     POISON_BATCH_SKIPPED = (
         "poison_batch_skipped"  # the serving query failed for good on a batch: its rows dead-lettered
     )

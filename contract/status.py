@@ -162,6 +162,11 @@ class ServiceStatus(StatusPart):
     stalled_batches: int = Field(
         default=0, ge=0, description="Its batches cancelled for running longer than batch_stall_timeout."
     )
+    skipped_reads: int = Field(
+        default=0,
+        ge=0,
+        description="Its batches replayed because Spark's read skipped source records that Kafka still held.",
+    )
 
 
 class ProgressStatus(StatusPart):

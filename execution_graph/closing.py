@@ -67,7 +67,6 @@ class PartitionRead:
     """What one batch read from one partition of the graph's topic."""
 
     partition: int
-    end: int  # the offset after the last record read
     marker: int | None = None  # the highest marker position read (a window ending at or before it is closed)
     first_offsets: Mapping[int, int] = field(default_factory=dict)  # bucket start (ms) -> first data row's offset
 
@@ -79,7 +78,6 @@ class ClosingState:
     batch_id: int = -1
     closed_through: int | None = None  # every window ending at or before this has been emitted
     markers: Mapping[int, int] = field(default_factory=dict)  # partition -> highest marker position read
-    ends: Mapping[int, int] = field(default_factory=dict)  # partition -> offset after the last record read
     # bucket start (ms) -> partition -> offset of the first data row of that bucket, for open buckets
     first_offsets: Mapping[int, Mapping[int, int]] = field(default_factory=dict)
     # partition -> [from, to): rows a batch that closed windows left for the next batch's headers pass
@@ -91,7 +89,6 @@ class ClosingState:
                 "batch_id": self.batch_id,
                 "closed_through": self.closed_through,
                 "markers": {str(p): m for p, m in sorted(self.markers.items())},
-                "ends": {str(p): e for p, e in sorted(self.ends.items())},
                 "first_offsets": {
                     str(b): {str(p): o for p, o in sorted(parts.items())}
                     for b, parts in sorted(self.first_offsets.items())
@@ -108,7 +105,6 @@ class ClosingState:
             batch_id=int(raw["batch_id"]),
             closed_through=None if raw["closed_through"] is None else int(raw["closed_through"]),
             markers={int(p): int(m) for p, m in raw["markers"].items()},
-            ends={int(p): int(e) for p, e in raw["ends"].items()},
             first_offsets={
                 int(b): {int(p): int(o) for p, o in parts.items()} for b, parts in raw["first_offsets"].items()
             },
@@ -186,12 +182,10 @@ def advance(
     or that left its range `unread`. What the reads say can close more waits for the next batch,
     whose offset log records it before its results."""
     markers = dict(state.markers)
-    ends = dict(state.ends)
     first: dict[int, dict[int, int]] = {b: dict(parts) for b, parts in state.first_offsets.items()}
     for read in reads:
         if read.marker is not None:
             markers[read.partition] = max(read.marker, markers.get(read.partition, read.marker))
-        ends[read.partition] = max(read.end, ends.get(read.partition, read.end))
         for bucket, offset in read.first_offsets.items():
             parts = first.setdefault(bucket, {})
             parts[read.partition] = min(offset, parts.get(read.partition, offset))
@@ -202,9 +196,7 @@ def advance(
         # A bucket no window ending after `closed` reads is done with (a replayed service batch's
         # duplicates may bring its rows again after the marker: they belong to closed windows).
         first = {b: parts for b, parts in first.items() if _needed(b, closed, None, windowing)}
-    for partition, (_, stop) in (unread or {}).items():
-        ends[partition] = max(stop, ends.get(partition, stop))
-    return ClosingState(batch_id, closed, markers, ends, first, dict(unread or {}))
+    return ClosingState(batch_id, closed, markers, first, dict(unread or {}))
 
 
 def _needed(bucket: int, after: int | None, through: int | None, windowing: Windowing) -> bool:
@@ -311,7 +303,7 @@ class WindowCloser:
             return state
 
     def _reads(self, batch: DataFrame) -> list[PartitionRead]:
-        """Per graph partition: the end offset, the highest marker and each bucket's first offset, in
+        """Per graph partition: the highest marker and each bucket's first offset, in
         one small aggregation over the batch's route headers (the values are never decoded)."""
         slide = self._windowing.slide_ms
         rows = (
@@ -323,7 +315,6 @@ class WindowCloser:
             )
             .agg(
                 F.min("offset").alias("first"),
-                F.max("offset").alias("last"),
                 F.max(F.expr(f"CASE WHEN kind = 'marker' THEN t - {GRAPH_WATERMARK_DELAY_MS} END")).alias("marker"),
             )
             .collect()
@@ -331,8 +322,7 @@ class WindowCloser:
         by_partition: dict[int, PartitionRead] = {}
         for row in rows:
             partition = int(row["partition"])
-            read = by_partition.get(partition) or PartitionRead(partition=partition, end=0)
-            read = replace(read, end=max(read.end, int(row["last"]) + 1))
+            read = by_partition.get(partition) or PartitionRead(partition=partition)
             if row["marker"] is not None:
                 marker = int(row["marker"])
                 read = replace(read, marker=marker if read.marker is None else max(marker, read.marker))

@@ -4,6 +4,7 @@ producer of watermark markers."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
@@ -42,6 +43,7 @@ class SourceOffsets:
         self._kafka = kafka
         self._topic = topic
         self._consumer: KafkaConsumer | None = None
+        self._reader: KafkaConsumer | None = None  # reads records (first_record)
 
     def _parts(self) -> tuple[KafkaConsumer, list[TopicPartition]]:
         if self._consumer is None:
@@ -63,10 +65,33 @@ class SourceOffsets:
         consumer, parts = self._parts()
         return {str(tp.partition): int(o) for tp, o in consumer.beginning_offsets(parts).items()}
 
+    def first_record(self, partition: int, first: int, end: int, timeout_s: float) -> int | None:
+        """The offset of the first record Kafka returns in [first, end) of `partition`, or None if
+        it holds none there (transaction markers, compacted or expired offsets). Raises TimeoutError
+        if Kafka does not answer within `timeout_s`."""
+        tp = TopicPartition(self._topic, partition)
+        if self._reader is None:
+            # A consumer of its own: this one is assigned and positioned, the shared one only asks for offsets.
+            self._reader = KafkaConsumer(**self._kafka.kafka_python_config(), enable_auto_commit=False)
+        reader = self._reader
+        reader.assign([tp])
+        # Past the log's end (a truncated log) or below its start (retention) Kafka holds nothing.
+        end = min(end, int(reader.end_offsets([tp])[tp]))
+        reader.seek(tp, max(first, int(reader.beginning_offsets([tp])[tp])))
+        deadline = time.monotonic() + timeout_s
+        while reader.position(tp) < end:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"Kafka did not return {self._topic}[{partition}] from offset {first} in time")
+            for record in reader.poll(timeout_ms=int(min(left, 1.0) * 1000), max_records=1).get(tp, []):
+                return int(record.offset) if record.offset < end else None
+        return None
+
     def close(self) -> None:
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        for consumer in (self._consumer, self._reader):
+            if consumer is not None:
+                consumer.close()
+        self._consumer = self._reader = None
 
 
 class _Awaited:

@@ -6,7 +6,9 @@ rows; `foreachBatch` routes each one:
    batch (the phase table's driver; recorded in the journal first);
 2. write down the batch's routing plan, or reuse it if Spark is replaying the batch;
 3. read each record's event time (reading.py), route it with Spark SQL expressions (no Python UDFs)
-   and write its bytes to Kafka, in one Spark job that also yields the batch's statistics (frames.py);
+   and write its bytes to Kafka, in one Spark job that also yields the batch's statistics (frames.py),
+   then check that the batch read every record Spark planned for it, or fail it so that Spark
+   replays it (coverage.py);
 4. record node positions, the service watermark and the counts of late, dead-letter, routed and
    expired rows;
 5. write a watermark marker to every execution graph that receives rows, so each one closes its
@@ -21,10 +23,11 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 
 import redis
 import structlog
+from kafka.errors import KafkaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 from pyspark.sql.streaming.query import StreamingQuery
@@ -42,6 +45,7 @@ from hotswap.contract.names import (
     EXPIRED_RECORDS,
     LATE_RECORDS,
     ROUTED,
+    SKIPPED_READS,
     STALLED,
     Keys,
 )
@@ -51,6 +55,7 @@ from hotswap.contract.records import read_current, read_graphs_named, read_servi
 from hotswap.contract.settings import KafkaSettings, PipelineSettings, RecoverySettings, Timeouts
 from hotswap.contract.source import SourceFormat, SourceSpec
 from hotswap.contract.windows import Windowing, buffer_start, reached_cut
+from hotswap.service_graph.coverage import OffsetLog, SkippedRead, Unread, expired, unread
 from hotswap.service_graph.errors import NoTargetGraph, ServiceGraphError
 from hotswap.service_graph.frames import BatchStats, median_event_time, route_and_write
 from hotswap.service_graph.kafka_io import MarkerTaken, MarkerWriter, SourceOffsets
@@ -60,7 +65,6 @@ from hotswap.service_graph.routing import (
     PartitionBatchStats,
     advance_state,
     decide_cut,
-    expired_rows,
     graph_markers,
     plan_batch,
     routing_swap,
@@ -72,6 +76,7 @@ log = structlog.get_logger(__name__)
 
 PLANS_KEPT = 50  # older write-ahead plans are deleted; Spark never replays more than the last batch
 TICK_ADVANCE_EVERY_S = 1.0  # an idle watermark moves markers at most this often
+COVERAGE_CHECK_TIMEOUT_S = 10.0  # Kafka's answer on a range a batch did not see (coverage.py)
 
 # How the service graph moves a swap on, before the batch routes a row: the swap as moved (recorded in
 # the journal), or None if nothing was (another writer got there first).
@@ -107,6 +112,8 @@ class ServiceGraph:
         self._journal = Journal(client, self._keys, fence)
         self._markers = MarkerWriter(kafka, on_markers)
         self._source = SourceOffsets(kafka, pipeline.source_topic)
+        self._offset_log = OffsetLog(spark, str(pipeline.names.service_checkpoint), pipeline.source_topic)
+        self._empty_through: dict[int, int] = {}  # partition -> offsets below it Kafka said hold no record
         self._lock = threading.Lock()
         self._idle = IdleClock(pipeline.idle_timeout.ms if pipeline.idle_timeout else None, time.monotonic())
         self._last_advance = 0.0
@@ -242,11 +249,13 @@ class ServiceGraph:
             crash_point("service:after-write")  # rows are out, state not yet recorded: a replay follows
             if stats.max_partition is not None and stats.max_partition >= self._partitions:
                 self._partitions = self._source.partition_count()
+            with stages.timed(name, "coverage"):
+                expired_rows = self._account_for_reads(batch_id, state, stats)
             now = time.monotonic()
             self._idle.rows_seen((str(s.partition) for s in stats.partitions if s.max_event_time is not None), now)
             new_state = self._advance(state, batch_id, stats.partitions, now)
             with stages.timed(name, "state_write"):
-                self._record(state, new_state, stats)
+                self._record(state, new_state, stats, expired_rows)
             with stages.timed(name, "markers"):
                 self._after_routing(plan, new_state)
 
@@ -402,14 +411,14 @@ class ServiceGraph:
         graphs = read_graphs_named(self._redis, self._keys, named)
         return graphs, None if current is None else graphs.get(current.query_id)
 
-    def _record(self, before: ServiceState, after: ServiceState, stats: BatchStats) -> None:
+    def _record(self, before: ServiceState, after: ServiceState, stats: BatchStats, expired_rows: int) -> None:
         counts: dict[str, int] = {}
         # A replayed batch was counted the first time it ran.
         if after.last_batch > before.last_batch:
             counts = {
                 LATE_RECORDS: stats.late,
                 DEAD_LETTER_RECORDS: stats.dead_letter,
-                EXPIRED_RECORDS: self._expired(before, stats.partitions),
+                EXPIRED_RECORDS: expired_rows,
                 **{f"{DEAD_LETTER}{code}": n for code, n in stats.dead_letter_by_reason.items()},
                 **{f"{ROUTED}{query}": n for query, n in stats.routed_by_query.items()},
             }
@@ -422,25 +431,58 @@ class ServiceGraph:
 
         fenced_write(self._redis, self._fence, queue)
 
-    def _expired(self, before: ServiceState, stats: Iterable[PartitionBatchStats]) -> int:
-        """Rows deleted by Kafka's retention between the previous batch and this one, never read."""
-        gaps = [
-            s
-            for s in stats
-            if s.min_offset is not None
-            and str(s.partition) in before.partitions
-            and s.min_offset > before.partitions[str(s.partition)].offset + 1 >= 1
-        ]
-        if not gaps:
+    def _account_for_reads(self, batch_id: int, before: ServiceState, stats: BatchStats) -> int:
+        """Account for every offset Spark planned for the batch (coverage.py): fail the batch, before
+        its state or a marker is written, if its read skipped records Kafka still holds (Spark
+        replays it and reads them); return the rows retention deleted before they were read."""
+        planned = self._offset_log.batch(batch_id)
+        if planned is None:
+            # Spark writes the entry before it runs the batch: without one there is nothing to compare.
+            log.debug("no offset log entry for the batch; its read is not checked", batch=batch_id)
             return 0
-        log_start = self._source.log_start()
-        expired = sum(
-            expired_rows(before.partitions[str(s.partition)].offset, s.min_offset, log_start.get(str(s.partition)))
-            for s in gaps
+        # Offsets known to hold no record count as seen: a partition whose last offsets are a
+        # transaction's marker is asked about them once, not at every batch.
+        seen = {p: end - 1 for p, end in self._empty_through.items()}
+        for p, position in before.partitions.items():
+            seen[int(p)] = max(seen.get(int(p), -1), position.offset)
+        for s in stats.partitions:
+            seen[s.partition] = max(seen.get(s.partition, -1), s.max_offset)
+        for gap in unread(planned.ends, seen):
+            self._ask_kafka(batch_id, gap)
+            self._empty_through[gap.partition] = gap.end
+        read_late = planned.read_late({s.partition: s.min_offset for s in stats.partitions if s.min_offset is not None})
+        if not read_late:
+            return 0
+        log_start = {int(p): o for p, o in self._source.log_start().items()}
+        rows = expired(read_late, log_start)
+        if rows:
+            log.warning("source rows expired before they were read", topic=self._pipeline.source_topic, rows=rows)
+        return rows
+
+    def _ask_kafka(self, batch_id: int, gap: Unread) -> None:
+        """Raise SkippedRead (counted) if Kafka holds a record in offsets the batch did not see."""
+        topic = self._pipeline.source_topic
+        try:
+            found = self._source.first_record(gap.partition, gap.first, gap.end, COVERAGE_CHECK_TIMEOUT_S)
+        except (TimeoutError, KafkaError) as exc:
+            raise SkippedRead(
+                f"batch {batch_id} did not read {gap} of {topic} and Kafka could not be asked whether records are "
+                f"there ({exc}); the batch is replayed"
+            ) from exc
+        if found is None:
+            return
+        fenced_write(self._redis, self._fence, lambda pipe: pipe.hincrby(self._keys.counters, SKIPPED_READS, 1))
+        log.warning(
+            "the service graph's read skipped source records Kafka holds; replaying the batch",
+            batch=batch_id,
+            unread=str(gap),
+            first_record=found,
+            reason_code=ReasonCode.SKIPPED_READ,
         )
-        if expired:
-            log.warning("source rows expired before they were read", topic=self._pipeline.source_topic, rows=expired)
-        return expired
+        raise SkippedRead(
+            f"batch {batch_id} did not read {gap} of {topic}, where Kafka holds records (offset {found}); the batch "
+            "is replayed"
+        )
 
     # -- markers and drain -----------------------------------------------------------------
     def _after_routing(self, plan: RoutingPlan, state: ServiceState) -> None:

@@ -194,17 +194,6 @@ def graph_markers(plan: RoutingPlan, watermark: int | None) -> list[Marker]:
     return markers
 
 
-def expired_rows(previous_offset: int, batch_min_offset: int | None, log_start_offset: int | None) -> int:
-    """Rows of a partition that Kafka's retention deleted before the service graph read them.
-
-    A gap between the last offset read and the first offset of this batch is expired only as far
-    as it lies below the log start offset (other gaps are transaction markers or compaction).
-    """
-    if previous_offset < 0 or batch_min_offset is None or log_start_offset is None:
-        return 0
-    return max(0, min(batch_min_offset, log_start_offset) - previous_offset - 1)
-
-
 def advance_state(
     state: ServiceState,
     batch_id: int,

@@ -32,6 +32,7 @@ from hotswap.contract.names import (
     LATE_RECORDS,
     ROUTED,
     SKIPPED,
+    SKIPPED_READS,
     STALLED,
     Keys,
 )
@@ -492,6 +493,7 @@ class Client:
                     for p, n in sorted(service.partitions.items(), key=lambda item: int(item[0]))
                 },
                 stalled_batches=counters.get(f"{STALLED}service", 0),
+                skipped_reads=counters.get(SKIPPED_READS, 0),
             ),
             graphs={
                 query_id: GraphStatus(

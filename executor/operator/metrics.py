@@ -204,6 +204,11 @@ class SwapCollector(Collector):
             dead.add_metric([reason], n)
         yield dead
         yield CounterMetricFamily(
+            "hotswap_service_skipped_reads",
+            "Service-graph batches replayed because Spark's read skipped source records that Kafka still held.",
+            value=status.service.skipped_reads,
+        )
+        yield CounterMetricFamily(
             "hotswap_expired_records",
             "Source rows Kafka's retention deleted before the service graph read them.",
             value=status.expired_records,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,14 +22,20 @@ from typing import Any
 
 import fastavro
 import pytest
-from kafka import KafkaProducer
-from pyspark.sql import SparkSession
+from kafka import KafkaProducer, TopicPartition
+from kafka.admin import KafkaAdminClient
+from pyspark.sql import DataFrame, SparkSession
 
 from hotswap.contract.journal import SwapRecord
 from hotswap.contract.settings import Settings
 from hotswap.contract.status import Status
+from hotswap.executor.control.topics import Topics
 from hotswap.executor.operator.client import Client, redis_client
 from hotswap.executor.tools.generator import Encoding, GeneratorSpec, Profile
+from hotswap.service_graph import query as service_graph_query
+from hotswap.service_graph.coverage import BatchRange, OffsetLog
+from hotswap.service_graph.frames import BatchStats, route_and_write
+from hotswap.service_graph.kafka_io import SourceOffsets
 from hotswap.service_sink.audit import read_results
 from tests.conftest import wait_until
 from tests.integration.conftest import Services
@@ -352,34 +359,162 @@ def epoch_seconds_event(record: Any) -> SourceEvent | None:
     )
 
 
-def test_the_kafka_records_own_timestamp_is_the_event_time(
-    services: Services, spark: SparkSession, tmp_path: Path
-) -> None:
-    settings = namespace_settings(
+def kafka_time_settings(services: Services, tmp_path: Path, prefix: str) -> Settings:
+    return namespace_settings(
         tmp_path / "home",
         services.bootstrap,
         services.redis_url,
-        "k",
+        prefix,
         source_schema="key STRING NOT NULL, value DOUBLE NOT NULL",
         event_time="kafka",
     )
+
+
+def recent_t0() -> int:
+    """An event time an hour ago, on a 10 s boundary. A record's own timestamp is what Kafka's
+    retention (24 h on the test broker) goes by: a record stamped years ago is deleted at its next
+    check, whenever that falls in the test."""
+    return (time.time_ns() // 1_000_000 - 3_600_000) // 10_000 * 10_000
+
+
+def send_stamped(settings: Settings, steps: range, t0: int, disorder_ms: int = 0) -> None:
+    """Rows i of `steps`, round robin over two partitions, stamped t0 + 50 ms * i (less up to
+    `disorder_ms`) by the producer."""
+    producer = KafkaProducer(**settings.kafka_python_config(), acks="all")
+    for i in steps:
+        ts = t0 + i * 50 - ((i * 7919) % disorder_ms if disorder_ms else 0)
+        value = json.dumps({"key": f"k{i % 4}", "value": float(i % 13)}).encode()
+        producer.send(settings.source_topic, value=value, partition=i % 2, timestamp_ms=ts)
+    producer.flush(timeout=30)
+    producer.close(timeout=10)
+
+
+def test_the_kafka_records_own_timestamp_is_the_event_time(
+    services: Services, spark: SparkSession, tmp_path: Path
+) -> None:
+    settings = kafka_time_settings(services, tmp_path, "k")
     client = Client(settings.control, settings.kafka, settings.pipeline, redis_client(settings.control))
     query = count_query(tmp_path, "key", "value")
-    producer = KafkaProducer(**settings.kafka_python_config(), acks="all")
+    t0 = recent_t0()
     with executor_running(settings, spark, query):
         # The record's timestamp, set by the producer, 50 ms apart with up to 400 ms of disorder.
-        for i, partition in spread(1200, 2):
-            ts = T0 + i * 50 - (i * 7919) % 400
-            value = json.dumps({"key": f"k{i % 4}", "value": float(i % 13)}).encode()
-            producer.send(settings.source_topic, value=value, partition=partition, timestamp_ms=ts)
-        producer.flush(timeout=30)
-        producer.close(timeout=10)
+        send_stamped(settings, range(1200), t0, disorder_ms=400)
         truth = settle(settings, lambda: committed_watermark(client, query.stem), decode=kafka_time_event)
     version = Version(query.stem, 10_000, n_and_total)
-    assert truth.closed_until >= T0 + 50_000
+    assert truth.closed_until >= t0 + 50_000
     assert_invariants(
         read_results(settings.kafka, settings.sink_topic), truth.on_time, [version], [], truth.closed_until
     )
+
+
+def test_a_batch_whose_read_skipped_a_partition_is_replayed_and_loses_no_row(
+    services: Services, spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = kafka_time_settings(services, tmp_path, "r")
+    client = Client(settings.control, settings.kafka, settings.pipeline, redis_client(settings.control))
+    query = count_query(tmp_path, "key", "value")
+    skipped: list[str] = []
+
+    def skipping_partition_1(read: DataFrame, *args: Any) -> BatchStats:
+        # Spark's Kafka reader, with failOnDataLoss=false, drops the rest of a range it cannot fetch
+        # at that moment: here the first batch that holds rows of partition 1 loses all of them.
+        if not skipped and read.where("partition = 1").limit(1).count():
+            skipped.append("partition 1")
+            return route_and_write(read.where("partition != 1"), *args)
+        return route_and_write(read, *args)
+
+    monkeypatch.setattr(service_graph_query, "route_and_write", skipping_partition_1)
+    t0 = recent_t0()
+    with executor_running(settings, spark, query):
+        send_stamped(settings, range(1200), t0)
+        truth = settle(settings, lambda: committed_watermark(client, query.stem), decode=kafka_time_event)
+        status = client.status()
+    assert skipped == ["partition 1"]
+    assert (status.service.skipped_reads, status.expired_records) == (1, 0)
+    assert truth.closed_until >= t0 + 50_000
+    version = Version(query.stem, 10_000, n_and_total)
+    assert_invariants(
+        read_results(settings.kafka, settings.sink_topic), truth.on_time, [version], [], truth.closed_until
+    )
+
+
+def test_rows_retention_deleted_before_they_were_read_are_counted_as_expired(
+    services: Services, spark: SparkSession, tmp_path: Path
+) -> None:
+    settings = kafka_time_settings(services, tmp_path, "x")
+    client = Client(settings.control, settings.kafka, settings.pipeline, redis_client(settings.control))
+    query = count_query(tmp_path, "key", "value")
+    t0 = recent_t0()
+    with executor_running(settings, spark, query):
+        send_stamped(settings, range(600), t0)  # 300 rows in each partition, offsets 0-299
+        wait_until(lambda: routed_through(client, {"0": 299, "1": 299}), 120, "the first rows to be routed")
+    # While no executor runs: 300 more rows in each partition, then Kafka's log start moves past 100
+    # of partition 0's and all 300 of partition 1's, as retention would.
+    send_stamped(settings, range(600, 1200), t0)
+    admin = KafkaAdminClient(**settings.kafka_python_config())
+    try:
+        topic = settings.source_topic
+        admin.delete_records({TopicPartition(topic, 0): 400, TopicPartition(topic, 1): 600})
+    finally:
+        admin.close()
+    with executor_running(settings, spark, query):
+        send_stamped(settings, range(1200, 1400), t0)  # rows after the gap in both partitions
+        truth = settle(settings, lambda: committed_watermark(client, query.stem), decode=kafka_time_event)
+        status = client.status()
+    assert (status.expired_records, status.service.skipped_reads) == (100 + 300, 0)
+    version = Version(query.stem, 10_000, n_and_total)
+    assert_invariants(
+        read_results(settings.kafka, settings.sink_topic), truth.on_time, [version], [], truth.closed_until
+    )
+
+
+def routed_through(client: Client, offsets: dict[str, int]) -> bool:
+    partitions = client.status().service.partitions
+    return all(p in partitions and partitions[p].offset >= o for p, o in offsets.items())
+
+
+def test_kafka_says_whether_offsets_a_batch_did_not_see_hold_records(services: Services, tmp_path: Path) -> None:
+    settings = namespace_settings(tmp_path / "home", services.bootstrap, services.redis_url, "o")
+    topics = Topics(settings.kafka, settings.pipeline, settings.timeouts)
+    topics.ensure(settings.source_topic, 1)
+    topics.close()
+    plain = KafkaProducer(**settings.kafka_python_config(), acks="all")
+    for i in range(3):  # offsets 0-2
+        plain.send(settings.source_topic, value=b"%d" % i, partition=0)
+    plain.flush(timeout=30)
+    plain.close(timeout=10)
+    transactional = KafkaProducer(**settings.kafka_python_config(), transactional_id=f"{settings.namespace}-tx")
+    transactional.init_transactions()
+    transactional.begin_transaction()
+    for i in range(2):  # offsets 3-4, then the commit marker at 5
+        transactional.send(settings.source_topic, value=b"t%d" % i, partition=0)
+    transactional.commit_transaction()
+    transactional.begin_transaction()
+    transactional.send(settings.source_topic, value=b"aborted", partition=0)  # offset 6, the abort marker at 7
+    transactional.flush(timeout=30)  # written, then aborted
+    transactional.abort_transaction()
+    transactional.close(timeout=10)
+    source = SourceOffsets(settings.kafka, settings.source_topic)
+    try:
+        assert source.first_record(0, 0, 3, 30) == 0
+        assert source.first_record(0, 2, 8, 30) == 2
+        assert source.first_record(0, 5, 6, 30) is None  # only the commit marker
+        # An aborted transaction's records are read as Spark reads them (read_uncommitted).
+        assert source.first_record(0, 6, 8, 30) == 6
+        assert source.first_record(0, 7, 8, 30) is None
+        assert source.first_record(0, 8, 20, 30) is None  # past the log's end
+    finally:
+        source.close()
+
+
+def test_an_offset_log_named_by_uri_is_read_through_hadoop(spark: SparkSession, tmp_path: Path) -> None:
+    # What a checkpoint on an object store goes through (a file:// URI takes the same path).
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "offsets" / "4").write_text('v1\n{"batchWatermarkMs":0}\n{"ns.events":{"0":7}}', encoding="utf-8")
+    (tmp_path / "offsets" / "5").write_text('v1\n{"batchWatermarkMs":0}\n{"ns.events":{"0":12}}', encoding="utf-8")
+    log = OffsetLog(spark, tmp_path.as_uri(), "ns.events")
+    assert log.batch(5) == BatchRange({0: 7}, {0: 12})
+    assert log.batch(6) is None
 
 
 def kafka_time_event(record: Any) -> SourceEvent | None:

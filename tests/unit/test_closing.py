@@ -14,14 +14,14 @@ def test_a_window_closes_only_once_every_partition_has_read_a_marker_past_it() -
         ClosingState(),
         0,
         [
-            PartitionRead(0, end=5, marker=20_000, first_offsets={10_000: 0}),
-            PartitionRead(1, end=3, first_offsets={10_000: 1}),  # rows, but no marker yet (row cap)
+            PartitionRead(0, marker=20_000, first_offsets={10_000: 0}),
+            PartitionRead(1, first_offsets={10_000: 1}),  # rows, but no marker yet (row cap)
         ],
         None,
         TUMBLING,
     )
     assert closable(state, partitions=2, windowing=TUMBLING) is None
-    state = advance(state, 1, [PartitionRead(1, end=9, marker=20_000)], None, TUMBLING)
+    state = advance(state, 1, [PartitionRead(1, marker=20_000)], None, TUMBLING)
     through = closable(state, partitions=2, windowing=TUMBLING)
     assert through == 20_000
     closing = closing_for(state, through, start={0: 5, 1: 9}, end={0: 5, 1: 9}, windowing=TUMBLING)
@@ -31,22 +31,22 @@ def test_a_window_closes_only_once_every_partition_has_read_a_marker_past_it() -
 
 def test_the_graph_closes_through_the_minimum_marker_not_the_maximum() -> None:
     reads = [
-        PartitionRead(0, end=10, marker=60_000, first_offsets={40_000: 2}),
-        PartitionRead(1, end=10, marker=30_000, first_offsets={20_000: 1}),
-        PartitionRead(2, end=1, marker=40_000),  # an empty partition: markers only
-        PartitionRead(3, end=1, marker=50_000),
+        PartitionRead(0, marker=60_000, first_offsets={40_000: 2}),
+        PartitionRead(1, marker=30_000, first_offsets={20_000: 1}),
+        PartitionRead(2, marker=40_000),  # an empty partition: markers only
+        PartitionRead(3, marker=50_000),
     ]
     state = advance(ClosingState(), 0, reads, None, TUMBLING)
     assert closable(state, partitions=4, windowing=TUMBLING) == 30_000
 
 
 def test_a_partition_never_read_holds_every_window_open() -> None:
-    state = advance(ClosingState(), 0, [PartitionRead(0, end=3, marker=100_000)], None, TUMBLING)
+    state = advance(ClosingState(), 0, [PartitionRead(0, marker=100_000)], None, TUMBLING)
     assert closable(state, partitions=2, windowing=TUMBLING) is None
 
 
 def test_a_marker_the_producer_saw_taken_closes_before_it_is_read() -> None:
-    state = advance(ClosingState(), 0, [PartitionRead(0, end=4, first_offsets={10_000: 0})], None, TUMBLING)
+    state = advance(ClosingState(), 0, [PartitionRead(0, first_offsets={10_000: 0})], None, TUMBLING)
     assert closable(state, partitions=2, windowing=TUMBLING) is None
     assert closable(state, partitions=2, windowing=TUMBLING, known={0: 20_000}) is None, "partition 1: no marker"
     assert closable(state, partitions=2, windowing=TUMBLING, known={0: 20_000, 1: 30_000}) == 20_000
@@ -58,17 +58,17 @@ def test_a_marker_the_producer_saw_taken_closes_before_it_is_read() -> None:
 
 
 def test_closing_never_moves_back_and_closes_each_window_once() -> None:
-    read = PartitionRead(0, end=4, marker=20_000, first_offsets={10_000: 0, 20_000: 2})
+    read = PartitionRead(0, marker=20_000, first_offsets={10_000: 0, 20_000: 2})
     state = advance(ClosingState(), 0, [read], None, TUMBLING)
     assert closable(state, partitions=1, windowing=TUMBLING) == 20_000
     state = advance(state, 1, [], 20_000, TUMBLING)
     assert state.closed_through == 20_000
     # An older marker read again (a marker sent twice): nothing closes.
-    state = advance(state, 2, [PartitionRead(0, end=5, marker=10_000)], None, TUMBLING)
+    state = advance(state, 2, [PartitionRead(0, marker=10_000)], None, TUMBLING)
     assert closable(state, partitions=1, windowing=TUMBLING) is None
     assert closable(state, partitions=1, windowing=TUMBLING, known={0: 15_000}) is None
     assert state.closed_through == 20_000
-    state = advance(state, 3, [PartitionRead(0, end=7, marker=30_000)], None, TUMBLING)
+    state = advance(state, 3, [PartitionRead(0, marker=30_000)], None, TUMBLING)
     through = closable(state, partitions=1, windowing=TUMBLING)
     assert through == 30_000
     second = closing_for(state, through, start={0: 7}, end={0: 7}, windowing=TUMBLING)
@@ -79,30 +79,30 @@ def test_closing_never_moves_back_and_closes_each_window_once() -> None:
 
 
 def test_a_batch_closes_only_what_its_plan_said_and_the_rest_waits() -> None:
-    state = advance(ClosingState(), 0, [PartitionRead(0, end=4, marker=20_000)], None, TUMBLING)
+    state = advance(ClosingState(), 0, [PartitionRead(0, marker=20_000)], None, TUMBLING)
     # The batch planned to close through 20 s; its headers read a marker at 40 s on the way.
-    state = advance(state, 1, [PartitionRead(0, end=8, marker=40_000, first_offsets={30_000: 5})], 20_000, TUMBLING)
+    state = advance(state, 1, [PartitionRead(0, marker=40_000, first_offsets={30_000: 5})], 20_000, TUMBLING)
     assert state.closed_through == 20_000
     assert closable(state, partitions=1, windowing=TUMBLING) == 40_000, "the next batch closes the rest"
     assert set(state.first_offsets) == {30_000}
 
 
 def test_a_closed_bucket_is_forgotten_and_its_late_duplicates_too() -> None:
-    read = PartitionRead(0, end=4, marker=20_000, first_offsets={10_000: 0, 20_000: 3})
+    read = PartitionRead(0, marker=20_000, first_offsets={10_000: 0, 20_000: 3})
     state = advance(ClosingState(), 0, [read], 20_000, TUMBLING)
     assert set(state.first_offsets) == {20_000}
     # A replayed service batch writes rows of a closed window again, after the marker.
-    state = advance(state, 1, [PartitionRead(0, end=6, first_offsets={10_000: 4})], None, TUMBLING)
+    state = advance(state, 1, [PartitionRead(0, first_offsets={10_000: 4})], None, TUMBLING)
     assert closable(state, partitions=1, windowing=TUMBLING) is None
     assert set(state.first_offsets) == {20_000}
 
 
 def test_a_sliding_window_reads_every_bucket_it_spans() -> None:
     # 30 s windows sliding by 10 s: the window ending at 40 s holds [10 s, 40 s).
-    read = PartitionRead(0, end=9, marker=30_000, first_offsets={10_000: 1, 20_000: 4, 30_000: 7})
+    read = PartitionRead(0, marker=30_000, first_offsets={10_000: 1, 20_000: 4, 30_000: 7})
     state = advance(ClosingState(), 0, [read], 30_000, SLIDING)
     assert set(state.first_offsets) == {10_000, 20_000, 30_000}  # each one is in the window ending at 40 s
-    state = advance(state, 1, [PartitionRead(0, end=12, marker=40_000)], None, SLIDING)
+    state = advance(state, 1, [PartitionRead(0, marker=40_000)], None, SLIDING)
     through = closable(state, partitions=1, windowing=SLIDING)
     assert through == 40_000
     closing = closing_for(state, through, start={0: 12}, end={0: 12}, windowing=SLIDING)
@@ -114,7 +114,7 @@ def test_the_state_survives_its_file() -> None:
     state = advance(
         ClosingState(),
         3,
-        [PartitionRead(1, end=8, marker=20_000, first_offsets={20_000: 5}), PartitionRead(0, end=2, marker=30_000)],
+        [PartitionRead(1, marker=20_000, first_offsets={20_000: 5}), PartitionRead(0, marker=30_000)],
         None,
         TUMBLING,
     )
@@ -122,7 +122,7 @@ def test_the_state_survives_its_file() -> None:
 
 
 def test_rows_a_closing_batch_left_unread_are_read_by_the_next_close_and_headers() -> None:
-    read = PartitionRead(0, end=4, marker=10_000, first_offsets={10_000: 3})
+    read = PartitionRead(0, marker=10_000, first_offsets={10_000: 3})
     state = advance(ClosingState(), 0, [read], 10_000, TUMBLING)
     # Batch 1 closes through 20 s and leaves its headers, [4, 9), for the next batch.
     state = advance(state, 1, [], 20_000, TUMBLING, unread={0: (4, 9)})
@@ -132,6 +132,6 @@ def test_rows_a_closing_batch_left_unread_are_read_by_the_next_close_and_headers
     closing = closing_for(state, 30_000, start={0: 9}, end={0: 12}, windowing=TUMBLING)
     assert closing.offsets == {0: (4, 12)}
     # A batch that reads the headers (of the unread range and its own) forgets the range.
-    state = advance(state, 2, [PartitionRead(0, end=12, marker=30_000, first_offsets={20_000: 5})], None, TUMBLING)
+    state = advance(state, 2, [PartitionRead(0, marker=30_000, first_offsets={20_000: 5})], None, TUMBLING)
     assert state.unread == {}
     assert closable(state, partitions=1, windowing=TUMBLING) == 30_000

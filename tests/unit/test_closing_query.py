@@ -117,7 +117,7 @@ def _replayed(files: dict[str, str]) -> BatchRange:
 
 def test_a_batch_an_earlier_version_planned_is_replayed_as_far_as_its_state_file_closed() -> None:
     log = 'v1\n{"batchWatermarkMs":0,"start":{"t":{"0":3}}}\n{"t":{"0":9}}'
-    state = ClosingState(batch_id=4, closed_through=30_000, markers={0: 30_000}, ends={0: 9})
+    state = ClosingState(batch_id=4, closed_through=30_000, markers={0: 30_000})
     # It wrote its state (closed through 30 s) before its results, then stopped: results may be out.
     assert _replayed({"offsets/4": log, "closing/4": state.to_json()}) == BatchRange(4, {0: 3}, {0: 9}, 30_000)
     # It stopped before its state: nothing of it is out, and the next batch closes what it read.

@@ -9,7 +9,6 @@ from hotswap.service_graph.routing import (
     PartitionBatchStats,
     advance_state,
     decide_cut,
-    expired_rows,
     graph_markers,
     plan_batch,
     time_jump_limit,
@@ -201,11 +200,3 @@ def test_markers_hold_each_graph_one_ms_below_the_service_watermark_until_the_cu
     past = {m.query_id: m.watermark for m in graph_markers(plan, cut + 30_000)}
     assert past == {"new": cut + 29_999, "old": cut}
     assert graph_markers(plan, None) == []
-
-
-def test_only_rows_below_the_log_start_count_as_expired() -> None:
-    assert expired_rows(previous_offset=99, batch_min_offset=100, log_start_offset=0) == 0
-    assert expired_rows(previous_offset=99, batch_min_offset=150, log_start_offset=150) == 50
-    # A gap above the log start (a transaction marker, compaction) is not retention.
-    assert expired_rows(previous_offset=99, batch_min_offset=102, log_start_offset=0) == 0
-    assert expired_rows(previous_offset=-1, batch_min_offset=500, log_start_offset=500) == 0

@@ -1,0 +1,74 @@
+"""Read coverage (service_graph/coverage.py): which offsets a batch planned and did not see."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import cast
+
+from pyspark.sql import SparkSession
+
+from hotswap.service_graph.coverage import BatchRange, OffsetLog, Unread, expired, first_offsets, planned_ends, unread
+
+ENTRY = (
+    "v1\n"
+    '{"batchWatermarkMs":0,"batchTimestampMs":1795784374551,"conf":{"spark.sql.shuffle.partitions":"2"}}\n'
+    '{"ns.events":{"1":600,"0":600}}'
+)
+
+
+def test_the_end_offsets_are_read_from_sparks_offset_log_entry() -> None:
+    assert planned_ends(ENTRY, "ns.events") == {0: 600, 1: 600}
+
+
+def test_the_first_offsets_are_read_from_the_sources_entry() -> None:
+    assert first_offsets('\x00v1\n{"ns.events":{"0":0,"1":7}}', "ns.events") == {0: 0, 1: 7}
+    assert first_offsets('\x00v1\n{"ns.events":{"0":0,"1":7}}', "other") is None
+
+
+def test_an_entry_that_does_not_name_the_topic_plans_nothing() -> None:
+    assert planned_ends(ENTRY, "other.events") is None
+    assert planned_ends("v1\n{}\n", "ns.events") is None
+    assert planned_ends("v1\n{}\n{not json", "ns.events") is None
+
+
+def test_a_batch_that_saw_its_whole_range_left_nothing_unread() -> None:
+    assert unread({0: 600, 1: 600}, {0: 599, 1: 599}) == []
+    # A replayed batch whose state is already recorded has seen past its own end.
+    assert unread({0: 600}, {0: 800}) == []
+
+
+def test_a_partition_the_batch_never_saw_is_unread_from_its_first_offset() -> None:
+    # The flake this guards against: partition 1's 600 rows were planned and none reached the batch.
+    assert unread({0: 600, 1: 600}, {0: 599}) == [Unread(1, 0, 600)]
+
+
+def test_a_tail_the_batch_did_not_reach_is_unread() -> None:
+    assert unread({0: 600, 1: 600}, {0: 599, 1: 420}) == [Unread(1, 421, 600)]
+    assert str(Unread(1, 421, 600)) == "partition 1 [421, 600)"
+
+
+def test_a_local_checkpoints_offset_log_is_read_as_files(tmp_path: Path) -> None:
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "sources" / "0").mkdir(parents=True)
+    (tmp_path / "sources" / "0" / "0").write_text('\x00v1\n{"ns.events":{"0":0,"1":5}}', encoding="utf-8")
+    (tmp_path / "offsets" / "0").write_text(ENTRY.replace("600", "300"), encoding="utf-8")
+    (tmp_path / "offsets" / "1").write_text(ENTRY, encoding="utf-8")
+    log = OffsetLog(cast(SparkSession, None), str(tmp_path), "ns.events")  # a local checkpoint needs no Spark
+    # The first batch starts where the query's first offsets say; each later one where the one before ended.
+    assert log.batch(0) == BatchRange({0: 0, 1: 5}, {0: 300, 1: 300})
+    assert log.batch(1) == BatchRange({0: 300, 1: 300}, {0: 600, 1: 600})
+    assert log.batch(2) is None
+    assert OffsetLog(cast(SparkSession, None), str(tmp_path), "ns.events").batch(1) == log.batch(1)
+
+
+def test_offsets_before_the_first_row_read_and_below_the_log_start_are_expired() -> None:
+    planned = BatchRange({0: 100, 1: 100, 2: 100}, {0: 200, 1: 200, 2: 200})
+    # Partition 0 read from its start; partition 1 from 150; partition 2 read no row at all.
+    late = planned.read_late({0: 100, 1: 150})
+    assert late == {1: (100, 150), 2: (100, 200)}
+    # Retention deleted partition 1 up to 150 and all of partition 2's range.
+    assert expired(late, {0: 0, 1: 150, 2: 250}) == 50 + 100
+    # Above the log start a gap is a transaction marker or compaction, not retention.
+    assert expired(late, {0: 0, 1: 0, 2: 0}) == 0
+    # A partition whose start is unknown (added to the topic since) is not counted.
+    assert BatchRange({0: 100}, {0: 200, 3: 50}).read_late({0: 100}) == {}
