@@ -42,6 +42,7 @@ from kafka.errors import KafkaError
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.listener import StreamingQueryProgress
 
+from hotswap.contract.offset_log import first_offsets
 from hotswap.contract.outages import KAFKA, OUTAGES
 from hotswap.execution_graph.checkpoint import CheckpointDir
 from hotswap.execution_graph.closing import STATE_FILES_KEPT, ClosingState, WindowCloser, closing_state
@@ -381,15 +382,8 @@ class ClosingQuery:
         """Where batch 0 started: Spark's streaming engine recorded it in `sources/0/0` (a version
         line, then the topic's offsets); else the topic's first offsets."""
         text = self._files.read_text("sources/0/0")
-        if text is not None:
-            for line in text.splitlines()[1:]:
-                try:
-                    source = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(source, dict) and isinstance(source.get(self._topic), dict):
-                    return {int(p): int(o) for p, o in source[self._topic].items()}
-        return self._ends.beginning()
+        recorded = None if text is None else first_offsets(text, self._topic)
+        return recorded if recorded is not None else self._ends.beginning()
 
     def _planned(self, batch_id: int) -> PlannedBatch:
         text = self._files.read_text(f"offsets/{batch_id}")

@@ -12,27 +12,31 @@ accounts for the whole range:
   whether any record lies there. If one does, the batch fails before it records its state or
   writes a marker, and Spark replays it. A range that holds only transaction markers, compacted
   or expired offsets reads as empty from Kafka too;
-- offsets from the start to the first row the batch read, below Kafka's log start: deleted by
-  retention before they were read, counted as expired (a partition the batch read no row of
-  included).
+- offsets below Kafka's log start that the batch did not read, before its first row or between
+  two rows (a segment deleted while Spark read the partition): deleted by retention before they
+  were read, counted as expired, a partition the batch read no row of included. Above the log
+  start, an offset not read is a transaction marker or compacted away.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 
+from hotswap.contract.causes import root_cause
 from hotswap.contract.names import is_store_uri
+from hotswap.contract.offset_log import first_offsets, planned_ends
 from hotswap.service_graph.errors import ServiceGraphError
 
 
 class SkippedRead(ServiceGraphError):
-    """Spark's read of a batch skipped source records that Kafka still holds; the batch is replayed."""
+    """A batch's read could not be accounted for: Spark skipped source records that Kafka still
+    holds, or Kafka or the checkpoint store did not answer. The batch fails and Spark replays it."""
 
 
 @dataclass(frozen=True)
@@ -47,64 +51,59 @@ class Unread:
         return f"partition {self.partition} [{self.first}, {self.end})"
 
 
-def planned_ends(offset_log_entry: str, topic: str) -> dict[int, int] | None:
-    """The end offset of each partition of `topic` in one entry of Spark's offset log (`offsets/N`:
-    a version line, the batch's metadata, then one line per source), or None if the entry does not
-    name the topic."""
-    return _offsets(offset_log_entry.splitlines()[2:], topic)
+@dataclass(frozen=True)
+class Seen:
+    """What a batch read of one source partition: its first and last offset, and how many rows."""
 
+    first: int
+    last: int
+    rows: int
 
-def first_offsets(sources_entry: str, topic: str) -> dict[int, int] | None:
-    """The offsets a Kafka source's first batch starts from (`sources/0/0`: a version line, then
-    the offsets), or None if the entry does not name the topic."""
-    return _offsets(sources_entry.splitlines()[1:], topic)
-
-
-def _offsets(lines: list[str], topic: str) -> dict[int, int] | None:
-    for line in lines:
-        if not line.startswith("{"):
-            continue
-        try:
-            offsets = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(offsets, dict) and isinstance(offsets.get(topic), dict):
-            return {int(p): int(o) for p, o in offsets[topic].items()}
-    return None
+    @property
+    def holes(self) -> int:
+        """Offsets between the first and the last row read that held no row read."""
+        return self.last - self.first + 1 - self.rows
 
 
 @dataclass(frozen=True)
-class BatchRange:
+class PlannedRange:
     """The offsets Spark planned for one batch, per partition: [start, end). A partition whose start
     is unknown (one added to the topic since) has none in `starts`."""
 
     starts: Mapping[int, int]
     ends: Mapping[int, int]
 
-    def read_late(self, firsts: Mapping[int, int]) -> dict[int, tuple[int, int]]:
-        """Partitions whose first row read (`firsts`; none read: the end) lies after their start:
-        partition -> (start, that first offset)."""
-        late = {}
+    def fully_read(self, seen: Mapping[int, Seen]) -> bool:
+        """Whether every partition was read from its start with no offset left out between its rows
+        (then nothing can have expired, and Kafka's log start need not be asked)."""
         for partition, end in self.ends.items():
-            start, first = self.starts.get(partition), firsts.get(partition, end)
-            if start is not None and start < first:
-                late[partition] = (start, first)
-        return late
+            got = seen.get(partition)
+            start = self.starts.get(partition)
+            first = end if got is None else got.first
+            if (start is not None and start < first) or (got is not None and got.holes > 0):
+                return False
+        return True
 
-
-def expired(read_late: Mapping[int, tuple[int, int]], log_start: Mapping[int, int]) -> int:
-    """Offsets of the batch's ranges that lie before the first row read and below Kafka's log start:
-    rows retention deleted before they were read. Offsets above the log start that were not read
-    are transaction markers or compacted away, not expired."""
-    return sum(max(0, min(first, log_start.get(p, 0)) - start) for p, (start, first) in read_late.items())
+    def expired(self, seen: Mapping[int, Seen], log_start: Mapping[int, int]) -> int:
+        """Offsets of the batch's ranges below Kafka's log start that it did not read: before the
+        first row read (all of the range, if none was), and between rows read."""
+        total = 0
+        for partition, end in self.ends.items():
+            got = seen.get(partition)
+            below = log_start.get(partition, 0)
+            start = self.starts.get(partition)
+            first = end if got is None else got.first
+            if start is not None:
+                total += max(0, min(first, below) - start)
+            if got is not None:
+                total += min(got.holes, max(0, min(below, got.last + 1) - got.first))
+        return total
 
 
 def unread(planned: Mapping[int, int], seen: Mapping[int, int]) -> list[Unread]:
     """For each partition, the offsets after the last one seen (-1: none yet) up to the batch's end.
-
-    Spark drops a range only from an offset it cannot fetch to the end of the range, so a skipped
-    range always reaches the planned end: the batch's tail is what needs looking at. Gaps below the
-    last offset seen are retention (counted as expired), compaction or transaction markers."""
+    Spark drops a range from an offset it cannot fetch to the end of the range, so the batch's tail
+    is what Kafka is asked about; what lies before is counted by `PlannedRange.expired`."""
     return [
         Unread(partition, seen.get(partition, -1) + 1, end)
         for partition, end in sorted(planned.items())
@@ -114,8 +113,9 @@ def unread(planned: Mapping[int, int], seen: Mapping[int, int]) -> list[Unread]:
 
 class OffsetLog:
     """Spark's offset log of the service graph's query (`<checkpoint>/offsets/<batch>`, and
-    `sources/0/0` for its first offsets): a local checkpoint is read as files (Spark's driver wrote
-    them), one on a store through Hadoop's FileSystem API, as Spark reads it."""
+    `sources/0/0` for its first offsets). A local checkpoint is read as files (Spark's driver wrote
+    them); one on a store, or one not found on this machine's disk (a path on the cluster's default
+    file system), through Hadoop's FileSystem API, as Spark reads it."""
 
     def __init__(self, spark: SparkSession, checkpoint: str, topic: str) -> None:
         self._spark = spark
@@ -125,7 +125,7 @@ class OffsetLog:
         self._fs: Any = None
         self._last: tuple[int, dict[int, int]] | None = None  # the last batch's ends: the next one's starts
 
-    def batch(self, batch_id: int) -> BatchRange | None:
+    def batch(self, batch_id: int) -> PlannedRange | None:
         """What Spark planned for batch `batch_id`, or None if its entry is not there."""
         entry = self.entry(f"offsets/{batch_id}")
         ends = None if entry is None else planned_ends(entry, self._topic)
@@ -141,14 +141,23 @@ class OffsetLog:
             first = self.entry("sources/0/0")
             starts = None if first is None else first_offsets(first, self._topic)
         self._last = (batch_id, ends)
-        return BatchRange(starts or {}, ends)
+        return PlannedRange(starts or {}, ends)
 
     def entry(self, name: str) -> str | None:
-        if self._local is not None:
+        if self._local is not None and self._local.is_dir():
             try:
                 return (self._local / name).read_text(encoding="utf-8")
             except FileNotFoundError:
                 return None
+        try:
+            return self._hadoop_entry(name)
+        except Py4JError as exc:
+            raise SkippedRead(
+                f"Spark's offset log at {self._checkpoint} cannot be read ({root_cause(exc)}); the batch is "
+                "replayed: check the checkpoint store"
+            ) from exc
+
+    def _hadoop_entry(self, name: str) -> str | None:
         jvm = self._spark.sparkContext._jvm
         assert jvm is not None
         path = jvm.org.apache.hadoop.fs.Path(f"{self._checkpoint}/{name}")

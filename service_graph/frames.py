@@ -205,6 +205,7 @@ def _statistics(receivers: tuple[Destination, ...], partitions: int) -> list[Any
         exprs += [
             f"max(CASE WHEN {mine} THEN offset END) AS max_offset_{p}",
             f"min(CASE WHEN {mine} THEN offset END) AS min_offset_{p}",
+            f"sum(CASE WHEN {mine} THEN 1 ELSE 0 END) AS rows_{p}",
             f"max(CASE WHEN {mine} AND {data} THEN ts END) AS max_ts_{p}",
             f"max(CASE WHEN {mine} AND {data} THEN window_end END) AS max_window_end_{p}",
             f"sum(CASE WHEN {mine} AND route = 'late' THEN 1 ELSE 0 END) AS late_{p}",
@@ -228,6 +229,7 @@ def _stats(metrics: Mapping[str, Any], receivers: tuple[Destination, ...], parti
                 partition=p,
                 max_offset=int(max_offset),
                 min_offset=int(metrics[f"min_offset_{p}"]),
+                rows=int(metrics.get(f"rows_{p}") or 0),
                 max_event_time=_int(metrics.get(f"max_ts_{p}")),
                 max_window_end=_int(metrics.get(f"max_window_end_{p}")),
                 late=int(metrics.get(f"late_{p}") or 0),

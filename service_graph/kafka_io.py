@@ -6,10 +6,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 import structlog
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaTimeoutError
 
 from hotswap.contract.envelope import ROUTE_HEADER, marker_route
 from hotswap.contract.outages import KAFKA, OUTAGES
@@ -34,6 +36,15 @@ class Placed(Protocol):
 
     @property
     def offset(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class RangesAnswer:
+    """What Kafka said of offset ranges (SourceOffsets.first_records), by partition: the first
+    record's offset where it holds one, and how far it could look (its log's end, if before)."""
+
+    found: dict[int, int]
+    checked_to: dict[int, int]
 
 
 class SourceOffsets:
@@ -65,27 +76,58 @@ class SourceOffsets:
         consumer, parts = self._parts()
         return {str(tp.partition): int(o) for tp, o in consumer.beginning_offsets(parts).items()}
 
-    def first_record(self, partition: int, first: int, end: int, timeout_s: float) -> int | None:
-        """The offset of the first record Kafka returns in [first, end) of `partition`, or None if
-        it holds none there (transaction markers, compacted or expired offsets). Raises TimeoutError
-        if Kafka does not answer within `timeout_s`."""
-        tp = TopicPartition(self._topic, partition)
-        if self._reader is None:
-            # A consumer of its own: this one is assigned and positioned, the shared one only asks for offsets.
-            self._reader = KafkaConsumer(**self._kafka.kafka_python_config(), enable_auto_commit=False)
-        reader = self._reader
-        reader.assign([tp])
-        # Past the log's end (a truncated log) or below its start (retention) Kafka holds nothing.
-        end = min(end, int(reader.end_offsets([tp])[tp]))
-        reader.seek(tp, max(first, int(reader.beginning_offsets([tp])[tp])))
+    def first_records(self, ranges: Mapping[int, tuple[int, int]], timeout_s: float) -> RangesAnswer:
+        """Kafka's answer on offset ranges of the source, partition -> [first, end): in each, the
+        offset of the first record it holds, if any (none: transaction markers, compacted or expired
+        offsets). One pass over every partition, within `timeout_s`; raises KafkaError (a
+        KafkaTimeoutError when Kafka is too slow to answer)."""
         deadline = time.monotonic() + timeout_s
-        while reader.position(tp) < end:
+
+        def left_ms() -> int:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TimeoutError(f"Kafka did not return {self._topic}[{partition}] from offset {first} in time")
-            for record in reader.poll(timeout_ms=int(min(left, 1.0) * 1000), max_records=1).get(tp, []):
-                return int(record.offset) if record.offset < end else None
-        return None
+                raise KafkaTimeoutError(f"no answer from Kafka on {self._topic} within {timeout_s:g} s")
+            return max(1, int(left * 1000))
+
+        if self._reader is None:
+            # A consumer of its own, positioned on the ranges; the shared one only asks for offsets.
+            # `earliest`: a range retention moves past while it is read gives what is left of it.
+            self._reader = KafkaConsumer(
+                **self._kafka.kafka_python_config(),
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                bootstrap_timeout_ms=left_ms(),
+            )
+        reader = self._reader
+        parts = {p: TopicPartition(self._topic, p) for p in ranges}
+        reader.assign(list(parts.values()))
+        if reader.paused():
+            reader.resume(*reader.paused())
+        ends = reader.end_offsets(list(parts.values()), timeout_ms=left_ms())
+        starts = reader.beginning_offsets(list(parts.values()), timeout_ms=left_ms())
+        answer = RangesAnswer({}, {})
+        open_ranges: dict[TopicPartition, int] = {}
+        for partition, (first, end) in ranges.items():
+            tp = parts[partition]
+            # Kafka holds nothing past its log's end (a truncated log) or below its start (retention).
+            answer.checked_to[partition] = min(end, int(ends[tp]))
+            if max(first, int(starts[tp])) < answer.checked_to[partition]:
+                reader.seek(tp, max(first, int(starts[tp])))
+                open_ranges[tp] = answer.checked_to[partition]
+            else:
+                reader.pause(tp)
+        while open_ranges:
+            for tp, records in reader.poll(timeout_ms=min(left_ms(), 500)).items():
+                if tp in open_ranges and records:
+                    if records[0].offset < open_ranges[tp]:
+                        answer.found[tp.partition] = int(records[0].offset)
+                    del open_ranges[tp]
+                    reader.pause(tp)
+            for tp in list(open_ranges):
+                if reader.position(tp, timeout_ms=left_ms()) >= open_ranges[tp]:
+                    del open_ranges[tp]
+                    reader.pause(tp)
+        return answer
 
     def close(self) -> None:
         for consumer in (self._consumer, self._reader):

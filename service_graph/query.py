@@ -49,13 +49,14 @@ from hotswap.contract.names import (
     STALLED,
     Keys,
 )
+from hotswap.contract.outages import KAFKA, OUTAGES
 from hotswap.contract.phases import Driver, Wait, driven_by
 from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.records import read_current, read_graphs_named, read_service_state
 from hotswap.contract.settings import KafkaSettings, PipelineSettings, RecoverySettings, Timeouts
 from hotswap.contract.source import SourceFormat, SourceSpec
 from hotswap.contract.windows import Windowing, buffer_start, reached_cut
-from hotswap.service_graph.coverage import OffsetLog, SkippedRead, Unread, expired, unread
+from hotswap.service_graph.coverage import OffsetLog, Seen, SkippedRead, Unread, unread
 from hotswap.service_graph.errors import NoTargetGraph, ServiceGraphError
 from hotswap.service_graph.frames import BatchStats, median_event_time, route_and_write
 from hotswap.service_graph.kafka_io import MarkerTaken, MarkerWriter, SourceOffsets
@@ -114,6 +115,7 @@ class ServiceGraph:
         self._source = SourceOffsets(kafka, pipeline.source_topic)
         self._offset_log = OffsetLog(spark, str(pipeline.names.service_checkpoint), pipeline.source_topic)
         self._empty_through: dict[int, int] = {}  # partition -> offsets below it Kafka said hold no record
+        self._unplanned_said = False  # a batch without an offset log entry was said once
         self._lock = threading.Lock()
         self._idle = IdleClock(pipeline.idle_timeout.ms if pipeline.idle_timeout else None, time.monotonic())
         self._last_advance = 0.0
@@ -151,7 +153,7 @@ class ServiceGraph:
             # Only the very first start reads from the beginning; later starts use the checkpoint.
             .option("startingOffsets", "earliest")
             .option("maxOffsetsPerTrigger", str(pipeline.max_offsets_per_trigger))
-            # Rows deleted by retention before they were read are counted as expired (see _record).
+            # Rows deleted by retention before they were read are counted as expired (coverage.py).
             .option("failOnDataLoss", "false")
             .load()
         )
@@ -219,7 +221,14 @@ class ServiceGraph:
         if self.query is not None and self.query.isActive:
             stop_between_batches(self.query)
         self._markers.close()
-        self._source.close()
+        # A batch Spark did not stop in time may still be asking Kafka (coverage.py), with these
+        # consumers: they are closed once it is done, or once it has had its time.
+        locked = self._lock.acquire(timeout=COVERAGE_CHECK_TIMEOUT_S + 5)
+        try:
+            self._source.close()
+        finally:
+            if locked:
+                self._lock.release()
 
     # -- one micro-batch -------------------------------------------------------------------
     def route_batch(self, batch: DataFrame, batch_id: int) -> None:
@@ -423,6 +432,13 @@ class ServiceGraph:
                 **{f"{ROUTED}{query}": n for query, n in stats.routed_by_query.items()},
             }
 
+        if counts.get(EXPIRED_RECORDS):
+            log.warning(
+                "source rows expired before they were read",
+                topic=self._pipeline.source_topic,
+                rows=counts[EXPIRED_RECORDS],
+            )
+
         def queue(pipe: Batch) -> None:
             pipe.set(self._keys.service, after.model_dump_json())
             for name, count in counts.items():
@@ -437,52 +453,68 @@ class ServiceGraph:
         replays it and reads them); return the rows retention deleted before they were read."""
         planned = self._offset_log.batch(batch_id)
         if planned is None:
-            # Spark writes the entry before it runs the batch: without one there is nothing to compare.
-            log.debug("no offset log entry for the batch; its read is not checked", batch=batch_id)
+            if not self._unplanned_said:  # Spark writes the entry before it runs the batch
+                self._unplanned_said = True
+                log.warning(
+                    "Spark's offset log has no entry for a service batch; reads are not checked",
+                    batch=batch_id,
+                    checkpoint=str(self._pipeline.names.service_checkpoint),
+                )
             return 0
-        # Offsets known to hold no record count as seen: a partition whose last offsets are a
+        # Offsets Kafka said hold no record count as seen: a partition whose last offsets are a
         # transaction's marker is asked about them once, not at every batch.
         seen = {p: end - 1 for p, end in self._empty_through.items()}
         for p, position in before.partitions.items():
             seen[int(p)] = max(seen.get(int(p), -1), position.offset)
         for s in stats.partitions:
             seen[s.partition] = max(seen.get(s.partition, -1), s.max_offset)
-        for gap in unread(planned.ends, seen):
-            self._ask_kafka(batch_id, gap)
-            self._empty_through[gap.partition] = gap.end
-        read_late = planned.read_late({s.partition: s.min_offset for s in stats.partitions if s.min_offset is not None})
-        if not read_late:
+        gaps = unread(planned.ends, seen)
+        if gaps:
+            self._ask_kafka(batch_id, gaps)
+        read = {
+            s.partition: Seen(s.min_offset, s.max_offset, s.rows) for s in stats.partitions if s.min_offset is not None
+        }
+        if planned.fully_read(read):
             return 0
         log_start = {int(p): o for p, o in self._source.log_start().items()}
-        rows = expired(read_late, log_start)
-        if rows:
-            log.warning("source rows expired before they were read", topic=self._pipeline.source_topic, rows=rows)
-        return rows
+        return planned.expired(read, log_start)
 
-    def _ask_kafka(self, batch_id: int, gap: Unread) -> None:
+    def _ask_kafka(self, batch_id: int, gaps: list[Unread]) -> None:
         """Raise SkippedRead (counted) if Kafka holds a record in offsets the batch did not see."""
         topic = self._pipeline.source_topic
         try:
-            found = self._source.first_record(gap.partition, gap.first, gap.end, COVERAGE_CHECK_TIMEOUT_S)
-        except (TimeoutError, KafkaError) as exc:
+            answer = self._source.first_records({g.partition: (g.first, g.end) for g in gaps}, COVERAGE_CHECK_TIMEOUT_S)
+        except KafkaError as exc:
+            OUTAGES.down(KAFKA, f"{type(exc).__name__}: {exc}", "the service batch, replayed from its checkpoint")
             raise SkippedRead(
-                f"batch {batch_id} did not read {gap} of {topic} and Kafka could not be asked whether records are "
-                f"there ({exc}); the batch is replayed"
+                f"batch {batch_id} did not read {', '.join(map(str, gaps))} of {topic}, and Kafka did not say whether "
+                f"records are there ({type(exc).__name__}); the batch is replayed: check the brokers"
             ) from exc
-        if found is None:
-            return
-        fenced_write(self._redis, self._fence, lambda pipe: pipe.hincrby(self._keys.counters, SKIPPED_READS, 1))
-        log.warning(
-            "the service graph's read skipped source records Kafka holds; replaying the batch",
-            batch=batch_id,
-            unread=str(gap),
-            first_record=found,
-            reason_code=ReasonCode.SKIPPED_READ,
-        )
-        raise SkippedRead(
-            f"batch {batch_id} did not read {gap} of {topic}, where Kafka holds records (offset {found}); the batch "
-            "is replayed"
-        )
+        for gap in gaps:
+            found = answer.found.get(gap.partition)
+            if found is not None:
+                fenced_write(self._redis, self._fence, lambda pipe: pipe.hincrby(self._keys.counters, SKIPPED_READS, 1))
+                log.warning(
+                    "the service graph's read skipped source records Kafka holds; replaying the batch",
+                    batch=batch_id,
+                    unread=str(gap),
+                    first_record=found,
+                    reason_code=ReasonCode.SKIPPED_READ,
+                )
+                raise SkippedRead(
+                    f"batch {batch_id} did not read {gap} of {topic}, where Kafka holds records (offset {found}); "
+                    "the batch is replayed"
+                )
+        for gap in gaps:
+            checked_to = answer.checked_to.get(gap.partition, gap.end)
+            self._empty_through[gap.partition] = max(checked_to, self._empty_through.get(gap.partition, 0))
+            if checked_to < gap.end:
+                log.warning(
+                    "the source's log ends before the batch's planned end: the brokers lost records "
+                    "(an unclean leader election?)",
+                    unread=str(gap),
+                    log_end=checked_to,
+                )
 
     # -- markers and drain -----------------------------------------------------------------
     def _after_routing(self, plan: RoutingPlan, state: ServiceState) -> None:

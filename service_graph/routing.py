@@ -29,6 +29,7 @@ class PartitionBatchStats:
     late: int
     dead_letter: int
     min_offset: int | None = None
+    rows: int = 0  # records of the partition the batch read
 
 
 @dataclass(frozen=True)

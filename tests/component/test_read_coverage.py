@@ -4,15 +4,20 @@ markers, compaction, retention) goes on (service_graph/coverage.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import fakeredis
 import pytest
+from kafka.errors import KafkaTimeoutError
 
 from hotswap.contract.models import NodePosition, ServiceState
 from hotswap.contract.names import SKIPPED_READS, Keys
+from hotswap.contract.outages import KAFKA, Outages
 from hotswap.contract.settings import KafkaSettings, Settings
-from hotswap.service_graph.coverage import BatchRange, SkippedRead
+from hotswap.service_graph import query as service_graph_query
+from hotswap.service_graph.coverage import PlannedRange, SkippedRead
 from hotswap.service_graph.frames import BatchStats
-from hotswap.service_graph.kafka_io import SourceOffsets
+from hotswap.service_graph.kafka_io import RangesAnswer, SourceOffsets
 from hotswap.service_graph.query import ServiceGraph
 from hotswap.service_graph.routing import PartitionBatchStats
 from tests.component.fakes import NO_SPARK
@@ -23,8 +28,8 @@ TOPIC = "component.events"
 class FakeOffsetLog:
     """Spark's offset log: batch 7 planned partitions 0 and 1 from offset 0 up to offset 600."""
 
-    def batch(self, batch_id: int) -> BatchRange | None:
-        return BatchRange({0: 0, 1: 0}, {0: 600, 1: 600}) if batch_id == 7 else None
+    def batch(self, batch_id: int) -> PlannedRange | None:
+        return PlannedRange({0: 0, 1: 0}, {0: 600, 1: 600}) if batch_id == 7 else None
 
 
 class KafkaHolding(SourceOffsets):
@@ -37,10 +42,14 @@ class KafkaHolding(SourceOffsets):
         self.log_starts = log_starts or {"0": 0, "1": 0}
         self.asked: list[tuple[int, int, int]] = []
 
-    def first_record(self, partition: int, first: int, end: int, timeout_s: float) -> int | None:
-        self.asked.append((partition, first, end))
-        start = self.log_starts[str(partition)]
-        return min((o for o in self.offsets if max(first, start) <= o < end), default=None)
+    def first_records(self, ranges: Mapping[int, tuple[int, int]], timeout_s: float) -> RangesAnswer:
+        self.asked += [(p, first, end) for p, (first, end) in sorted(ranges.items())]
+        found = {}
+        for p, (first, end) in ranges.items():
+            held = [o for o in self.offsets if max(first, self.log_starts[str(p)]) <= o < end]
+            if held:
+                found[p] = min(held)
+        return RangesAnswer(found, {p: end for p, (_, end) in ranges.items()})
 
     def log_start(self) -> dict[str, int]:
         return self.log_starts
@@ -124,3 +133,25 @@ def test_rows_retention_deleted_before_the_batch_read_them_are_counted_as_expire
     service, source, _ = service_with(set(range(250, 600)) | set(range(600, 700)), {"0": 250, "1": 700})
     assert service._account_for_reads(7, ServiceState(), saw((0, 250, 599))) == 250 + 600
     assert source.asked == [(1, 0, 600)]
+
+
+class KafkaAway(KafkaHolding):
+    def first_records(self, ranges: Mapping[int, tuple[int, int]], timeout_s: float) -> RangesAnswer:
+        raise KafkaTimeoutError(f"no answer from Kafka on {TOPIC} within {timeout_s:g} s")
+
+
+def test_a_batch_kafka_cannot_be_asked_about_fails_in_one_line_and_is_replayed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    outages = Outages()  # the process's own outage record stays as it is
+    monkeypatch.setattr(service_graph_query, "OUTAGES", outages)
+    service, _, client = service_with(set())
+    service._source = KafkaAway(service._kafka, set())
+    with pytest.raises(SkippedRead) as failed:
+        service._account_for_reads(7, ServiceState(), saw((0, 0, 599)))
+    assert str(failed.value) == (
+        "batch 7 did not read partition 1 [0, 600) of component.events, and Kafka did not say whether records are "
+        "there (KafkaTimeoutError); the batch is replayed: check the brokers"
+    )
+    assert outages.is_down(KAFKA)
+    assert client.hget(Keys("component").counters, SKIPPED_READS) is None

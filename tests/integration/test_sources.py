@@ -33,7 +33,7 @@ from hotswap.executor.control.topics import Topics
 from hotswap.executor.operator.client import Client, redis_client
 from hotswap.executor.tools.generator import Encoding, GeneratorSpec, Profile
 from hotswap.service_graph import query as service_graph_query
-from hotswap.service_graph.coverage import BatchRange, OffsetLog
+from hotswap.service_graph.coverage import OffsetLog, PlannedRange
 from hotswap.service_graph.frames import BatchStats, route_and_write
 from hotswap.service_graph.kafka_io import SourceOffsets
 from hotswap.service_sink.audit import read_results
@@ -496,13 +496,16 @@ def test_kafka_says_whether_offsets_a_batch_did_not_see_hold_records(services: S
     transactional.close(timeout=10)
     source = SourceOffsets(settings.kafka, settings.source_topic)
     try:
-        assert source.first_record(0, 0, 3, 30) == 0
-        assert source.first_record(0, 2, 8, 30) == 2
-        assert source.first_record(0, 5, 6, 30) is None  # only the commit marker
+
+        def first(first: int, end: int) -> int | None:
+            return source.first_records({0: (first, end)}, 30).found.get(0)
+
+        assert (first(0, 3), first(2, 8)) == (0, 2)
+        assert first(5, 6) is None  # only the commit marker
         # An aborted transaction's records are read as Spark reads them (read_uncommitted).
-        assert source.first_record(0, 6, 8, 30) == 6
-        assert source.first_record(0, 7, 8, 30) is None
-        assert source.first_record(0, 8, 20, 30) is None  # past the log's end
+        assert (first(6, 8), first(7, 8)) == (6, None)
+        answer = source.first_records({0: (8, 20)}, 30)
+        assert (answer.found, answer.checked_to) == ({}, {0: 8})  # past the log's end
     finally:
         source.close()
 
@@ -513,7 +516,7 @@ def test_an_offset_log_named_by_uri_is_read_through_hadoop(spark: SparkSession, 
     (tmp_path / "offsets" / "4").write_text('v1\n{"batchWatermarkMs":0}\n{"ns.events":{"0":7}}', encoding="utf-8")
     (tmp_path / "offsets" / "5").write_text('v1\n{"batchWatermarkMs":0}\n{"ns.events":{"0":12}}', encoding="utf-8")
     log = OffsetLog(spark, tmp_path.as_uri(), "ns.events")
-    assert log.batch(5) == BatchRange({0: 7}, {0: 12})
+    assert log.batch(5) == PlannedRange({0: 7}, {0: 12})
     assert log.batch(6) is None
 
 

@@ -1,4 +1,5 @@
-"""Read coverage (service_graph/coverage.py): which offsets a batch planned and did not see."""
+"""Read coverage (service_graph/coverage.py, contract/offset_log.py): which offsets a batch planned,
+which it did not see, and which of those retention deleted."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import cast
 
 from pyspark.sql import SparkSession
 
-from hotswap.service_graph.coverage import BatchRange, OffsetLog, Unread, expired, first_offsets, planned_ends, unread
+from hotswap.contract.offset_log import first_offsets, planned_ends
+from hotswap.service_graph.coverage import OffsetLog, PlannedRange, Seen, Unread, unread
 
 ENTRY = (
     "v1\n"
@@ -29,6 +31,9 @@ def test_an_entry_that_does_not_name_the_topic_plans_nothing() -> None:
     assert planned_ends(ENTRY, "other.events") is None
     assert planned_ends("v1\n{}\n", "ns.events") is None
     assert planned_ends("v1\n{}\n{not json", "ns.events") is None
+    assert planned_ends('v1\n{}\n{"ns.events":{"0":"x"}}', "ns.events") is None
+    # The metadata line is never read as offsets, whatever the topic is called.
+    assert planned_ends('v1\n{"conf":{"0":1}}\n{"conf":{"0":5}}', "conf") == {0: 5}
 
 
 def test_a_batch_that_saw_its_whole_range_left_nothing_unread() -> None:
@@ -38,7 +43,6 @@ def test_a_batch_that_saw_its_whole_range_left_nothing_unread() -> None:
 
 
 def test_a_partition_the_batch_never_saw_is_unread_from_its_first_offset() -> None:
-    # The flake this guards against: partition 1's 600 rows were planned and none reached the batch.
     assert unread({0: 600, 1: 600}, {0: 599}) == [Unread(1, 0, 600)]
 
 
@@ -55,20 +59,35 @@ def test_a_local_checkpoints_offset_log_is_read_as_files(tmp_path: Path) -> None
     (tmp_path / "offsets" / "1").write_text(ENTRY, encoding="utf-8")
     log = OffsetLog(cast(SparkSession, None), str(tmp_path), "ns.events")  # a local checkpoint needs no Spark
     # The first batch starts where the query's first offsets say; each later one where the one before ended.
-    assert log.batch(0) == BatchRange({0: 0, 1: 5}, {0: 300, 1: 300})
-    assert log.batch(1) == BatchRange({0: 300, 1: 300}, {0: 600, 1: 600})
+    assert log.batch(0) == PlannedRange({0: 0, 1: 5}, {0: 300, 1: 300})
+    assert log.batch(1) == PlannedRange({0: 300, 1: 300}, {0: 600, 1: 600})
     assert log.batch(2) is None
     assert OffsetLog(cast(SparkSession, None), str(tmp_path), "ns.events").batch(1) == log.batch(1)
 
 
-def test_offsets_before_the_first_row_read_and_below_the_log_start_are_expired() -> None:
-    planned = BatchRange({0: 100, 1: 100, 2: 100}, {0: 200, 1: 200, 2: 200})
-    # Partition 0 read from its start; partition 1 from 150; partition 2 read no row at all.
-    late = planned.read_late({0: 100, 1: 150})
-    assert late == {1: (100, 150), 2: (100, 200)}
+def test_offsets_not_read_and_below_the_log_start_are_expired() -> None:
+    planned = PlannedRange({0: 100, 1: 100, 2: 100}, {0: 200, 1: 200, 2: 200})
+    # Partition 0 read all of its range; partition 1 from 150; partition 2 no row at all.
+    seen = {0: Seen(100, 199, 100), 1: Seen(150, 199, 50)}
+    assert not planned.fully_read(seen)
     # Retention deleted partition 1 up to 150 and all of partition 2's range.
-    assert expired(late, {0: 0, 1: 150, 2: 250}) == 50 + 100
-    # Above the log start a gap is a transaction marker or compaction, not retention.
-    assert expired(late, {0: 0, 1: 0, 2: 0}) == 0
-    # A partition whose start is unknown (added to the topic since) is not counted.
-    assert BatchRange({0: 100}, {0: 200, 3: 50}).read_late({0: 100}) == {}
+    assert planned.expired(seen, {0: 0, 1: 150, 2: 250}) == 50 + 100
+    # Above the log start an offset not read is a transaction marker or compaction, not retention.
+    assert planned.expired(seen, {0: 0, 1: 0, 2: 0}) == 0
+
+
+def test_a_segment_deleted_while_the_batch_read_it_leaves_a_hole_that_is_expired() -> None:
+    # Rows 100-149 were fetched, then retention deleted up to 180 and the read went on from 180.
+    planned = PlannedRange({0: 100}, {0: 200})
+    seen = {0: Seen(100, 199, 70)}
+    assert not planned.fully_read(seen)
+    assert planned.expired(seen, {0: 180}) == 30
+    # The same hole above the log start: transaction markers, not expired.
+    assert planned.expired(seen, {0: 100}) == 0
+
+
+def test_a_range_read_whole_needs_no_log_start() -> None:
+    planned = PlannedRange({0: 100, 1: 100}, {0: 200, 1: 100})
+    assert planned.fully_read({0: Seen(100, 199, 100)})
+    # A partition added to the topic since (its start unknown) is never counted as expired.
+    assert PlannedRange({0: 100}, {0: 200, 3: 50}).fully_read({0: Seen(100, 199, 100)})
