@@ -77,7 +77,7 @@ def route_and_write(
     (
         _for_kafka(observed, plan, pipeline)
         .write.format("kafka")
-        .options(**kafka.spark_kafka_options())
+        .options(**kafka.spark_kafka_sink_options())
         .mode("append")
         .save()
     )

@@ -104,7 +104,7 @@ class ResultWriter:
                 F.to_json(F.struct(*value_columns), _KEEP_NULLS).alias("value"),
             )
             .write.format("kafka")
-            .options(**self._kafka.spark_kafka_options())
+            .options(**self._kafka.spark_kafka_sink_options())
             .mode("append")  # Kafka is written through DataSource V2, which needs it (spark_session.py)
             .save()
         )

@@ -72,6 +72,11 @@ def test_sasl_settings_reach_both_kafka_clients() -> None:
     spark = settings.spark_kafka_options()
     assert spark["kafka.security.protocol"] == "SASL_SSL"
     assert 'username="svc"' in spark["kafka.sasl.jaas.config"]
+    # Spark's Kafka sinks carry the same credentials, and fill their producer batches.
+    sink = settings.kafka.spark_kafka_sink_options()
+    assert sink["kafka.sasl.jaas.config"] == spark["kafka.sasl.jaas.config"]
+    assert int(sink["kafka.batch.size"]) > 16_384
+    assert int(sink["kafka.linger.ms"]) > 0
 
 
 def test_names_are_derived_from_the_namespace() -> None:
