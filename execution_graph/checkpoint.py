@@ -34,7 +34,7 @@ class CheckpointFiles(Protocol):
 
     def read_text(self, name: str) -> str | None: ...
 
-    def write_once(self, name: str, text: str) -> None: ...
+    def write_once(self, name: str, text: str) -> bool: ...
 
     def replace(self, name: str, text: str) -> None: ...
 
@@ -223,21 +223,22 @@ class CheckpointDir:
         finally:
             stream.close()
 
-    def write_once(self, name: str, text: str) -> None:
+    def write_once(self, name: str, text: str) -> bool:
         """Write the file unless it exists, so that a reader never finds half a file: on a file
         system, whole to a temporary file first, then renamed; on an object store, in place (the
         object appears when its stream closes). An existing file is kept (the callers write the same
-        text again only when Spark replays the batch that wrote it)."""
+        text again only when Spark replays the batch that wrote it). Returns whether it wrote."""
         path = self.path(name)
         if self._fs.exists(path):
-            return
+            return False
         if self._object_store:
             self._write(path, text)
-            return
+            return True
         temporary = self.path(f"{name}.tmp")
         self._write(temporary, text)
         if not self._fs.rename(temporary, path):
             raise OSError(f"could not rename {temporary} to {path}")
+        return True
 
     def replace(self, name: str, text: str) -> None:
         """Write the file whole, in place of whatever is there (on a file system through a temporary

@@ -14,7 +14,10 @@ counts too, once the batch reads past it. How far a batch closes, C, is decided 
 written in its offset log. When C passes the closed point P, the windows ending in (P, C] are
 complete: the batch computes them once, first, as a Spark batch job over exactly their rows, read
 back from the topic by offset range, each source event counted once by a stateless deduplication.
-Results go to the sink under the usual idempotent keys. Then it reads the headers.
+Results go to the sink under the usual idempotent keys. The same job learns the route headers of
+the rows it reads (HeaderWatch, observed metrics of the read); only when that cannot tell it all (a
+row far ahead, a query that ran an action over part of the rows) does the batch read the headers
+in a pass of their own.
 
 Nothing per event is kept anywhere. What the graph keeps between batches is a few integers per
 partition and per open bucket (`ClosingState`), written to its checkpoint (`closing/<batch id>`)
@@ -28,11 +31,16 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import structlog
-from pyspark.sql import DataFrame, SparkSession
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from hotswap.contract import stages
@@ -59,6 +67,8 @@ STATE_DIR = "closing"
 FAILED_FILE = f"{STATE_DIR}/failed"
 # How long the broker may hold a fetch of a closing graph's range reads (read_range).
 RANGE_FETCH_MAX_WAIT_MS = 10
+# How long a closing job's header metrics may take to arrive after its action returned.
+OBSERVED_WAIT_S = 5.0
 
 
 # -- the state, free of Spark ----------------------------------------------------------------------
@@ -208,6 +218,82 @@ def _needed(bucket: int, after: int | None, through: int | None, windowing: Wind
     return after is None or bucket + windowing.size_ms > after
 
 
+@dataclass(frozen=True)
+class HeaderWatch:
+    """What a closing job learns, as it reads its rows, of their route headers: per partition the
+    highest marker, and the first offset of each bucket still open once the batch has closed
+    through `through` (`buckets`: the first open one and those after it, up to two windows past
+    `through`). So a batch that closes windows needs no headers pass of its own.
+
+    The job's metrics are trusted only if they saw every offset of its `ranges` (a user's query
+    that ran an action of its own over part of the rows completes the observation early), and no
+    data row of a bucket after the watched ones (a row far ahead): else the batch reads the
+    headers as before (`reads` answers None)."""
+
+    ranges: Mapping[int, tuple[int, int]]
+    buckets: tuple[int, ...]
+
+    @classmethod
+    def for_closing(cls, closing: Closing, windowing: Windowing) -> HeaderWatch | None:
+        """The watch of a job that closes through `closing.through`; None if it would take more than
+        MAX_WATCHED_AGGREGATES aggregates (many partitions, or a short slide in a long window)."""
+        slide, through = windowing.slide_ms, closing.through
+        # The first bucket a window ending after `through` reads: the first on the grid past through - size.
+        below = through - windowing.size_ms
+        first = below - below % slide + slide
+        buckets = tuple(range(first, through + 2 * windowing.size_ms, slide))
+        if len(closing.offsets) * (len(buckets) + 3) > MAX_WATCHED_AGGREGATES:
+            return None
+        return cls(dict(closing.offsets), buckets)
+
+    def aggregates(self) -> list[str]:
+        """SQL aggregates over rows with `partition`, `offset`, `_kind` and `_bucket` (or null)."""
+        exprs: list[str] = []
+        data = "_kind = 'data'"
+        for partition in sorted(self.ranges):
+            mine = f"partition = {int(partition)}"
+            exprs.append(f"count(CASE WHEN {mine} THEN 1 END) AS rows_{partition}")
+            exprs.append(
+                f"max(CASE WHEN {mine} AND _kind = 'marker' THEN _t - {GRAPH_WATERMARK_DELAY_MS} END) "
+                f"AS marker_{partition}"
+            )
+            exprs.append(
+                f"count(CASE WHEN {mine} AND {data} AND _bucket > {self.buckets[-1]} THEN 1 END) AS ahead_{partition}"
+            )
+            exprs += [
+                f"min(CASE WHEN {mine} AND {data} AND _bucket = {bucket} THEN offset END) AS first_{partition}_{i}"
+                for i, bucket in enumerate(self.buckets)
+            ]
+        return exprs
+
+    def reads(self, metrics: Mapping[str, Any], needed: Mapping[int, tuple[int, int]]) -> list[PartitionRead] | None:
+        """The reads the metrics give, if the job saw every row of `needed` (partition -> [from, to):
+        the rows whose headers the batch must learn) and no row ahead of the watched buckets."""
+        for partition, (begin, end) in needed.items():
+            if end <= begin:
+                continue
+            held = self.ranges.get(partition)
+            if held is None or held[0] > begin or held[1] < end:
+                return None
+        reads: list[PartitionRead] = []
+        for partition, (begin, end) in self.ranges.items():
+            if metrics.get(f"rows_{partition}") != end - begin or metrics.get(f"ahead_{partition}") != 0:
+                return None
+            marker = metrics.get(f"marker_{partition}")
+            firsts = {
+                bucket: int(metrics[f"first_{partition}_{i}"])
+                for i, bucket in enumerate(self.buckets)
+                if metrics.get(f"first_{partition}_{i}") is not None
+            }
+            reads.append(PartitionRead(partition, None if marker is None else int(marker), firsts))
+        return reads
+
+
+# At most this many aggregates in a watch (three per partition read, and one per partition and
+# watched bucket), each evaluated on every row the job reads; past it a headers pass costs less.
+MAX_WATCHED_AGGREGATES = 64
+
+
 # -- the Spark side --------------------------------------------------------------------------------
 class WindowCloser:
     """One closing graph's batches (see the module's docstring), run by its ClosingQuery."""
@@ -230,6 +316,7 @@ class WindowCloser:
         self._windowing = record.windowing
         self._lock = threading.Lock()
         self._states: dict[int, ClosingState] = {}  # batch id -> state after it (this process's batches)
+        self._watching = True  # whether closing jobs learn the headers (HeaderWatch)
 
     def closable(self, state: ClosingState, known: Mapping[int, int] | None = None) -> int | None:
         """How far a batch after `state` may close (`closable`), None: no window closes."""
@@ -270,15 +357,19 @@ class WindowCloser:
                     f"execution graph {self._record.query_id}: its checkpoint has no {STATE_DIR}/{batch_id - 1}, the "
                     "state of its last committed batch; the checkpoint was damaged or written by another engine"
                 )
+            offsets = {p: (start[p], e) for p, e in end.items() if p in start and e > start[p]}
+            watched: list[PartitionRead] | None = None
             if through is not None and (previous.closed_through is None or through > previous.closed_through):
                 with stages.timed(self._name, "close"):
-                    self._close(spark, closing_for(previous, through, start, end, self._windowing), batch_id)
+                    closing = closing_for(previous, through, start, end, self._windowing)
+                    watched = self._close(spark, closing, batch_id, _spanning(previous.unread, offsets))
             else:
                 through = None
-            offsets = {p: (start[p], e) for p, e in end.items() if p in start and e > start[p]}
             reads: list[PartitionRead] = []
             unread: dict[int, tuple[int, int]] = {}
-            if through is not None and not previous.unread:
+            if watched is not None:
+                reads = watched  # the closing job read every header the batch needs
+            elif through is not None and not previous.unread:
                 # The headers wait for the next batch: this one is done once its results are out
                 # (the drain of a swap waits for no more). At most one batch's range waits so.
                 unread = offsets
@@ -291,10 +382,12 @@ class WindowCloser:
                         raw = read_range(spark, self._kafka.spark_kafka_options(), self._record.topic, offsets)
                         reads = self._reads(raw)
             state = advance(previous, batch_id, reads, through, self._windowing, unread)
-            # A replay of this batch reaches the same state from the same state before it, the same
-            # rows and the same `through`, so a file already there is kept.
+            # A replay of this batch closes the same windows from the same state before it, the same
+            # rows and the same `through`; what it learnt of the headers may differ in form (watched,
+            # read, or left unread), so the file already there is kept and taken as the state.
             with stages.timed(self._name, "state_write"):
-                self._files.write_once(f"{STATE_DIR}/{batch_id}", state.to_json())
+                if not self._files.write_once(f"{STATE_DIR}/{batch_id}", state.to_json()):
+                    state = closing_state(self._files, batch_id) or state
             with self._lock:
                 self._states[batch_id] = state
                 for old in [b for b in self._states if b < batch_id - STATE_FILES_KEPT]:
@@ -331,14 +424,26 @@ class WindowCloser:
             by_partition[partition] = read
         return list(by_partition.values())
 
-    def _close(self, spark: SparkSession, closing: Closing, batch_id: int) -> None:
-        """Compute the windows ending in (after, through] over their rows, and write the results."""
+    def _close(
+        self, spark: SparkSession, closing: Closing, batch_id: int, needed: Mapping[int, tuple[int, int]]
+    ) -> list[PartitionRead] | None:
+        """Compute the windows ending in (after, through] over their rows, and write the results.
+        Returns what the job learnt of the headers of the rows `needed` (HeaderWatch), or None if
+        the batch must read them itself."""
         record = self._record
         if not closing.offsets or (record.start_after is not None and closing.through <= record.start_after):
             # No rows, or only windows a failed graph emitted before this one took over its topic.
             log.debug("windows closed with nothing to emit", query_id=record.query_id, through=closing.through)
-            return
+            return None
         raw = read_range(spark, self._kafka.spark_kafka_options(), record.topic, closing.offsets)
+        watch = HeaderWatch.for_closing(closing, self._windowing) if self._watching else None
+        observation: Observation | None = None
+        if watch is not None:
+            observation = Observation(f"hotswap_headers_{uuid.uuid4().hex}")
+            raw = raw.selectExpr("*", f"{ROUTE}[0] AS _kind", f"try_cast({ROUTE}[3] AS BIGINT) AS _t").selectExpr(
+                "*", f"_t - pmod(_t, {self._windowing.slide_ms}) AS _bucket"
+            )
+            raw = raw.observe(observation, *(F.expr(e) for e in watch.aggregates()))
         since = closing.rows_since
         if record.reads_from is not None:
             since = record.reads_from if since is None else max(since, record.reads_from)
@@ -375,6 +480,51 @@ class WindowCloser:
             through=closing.through,
             offsets={p: list(r) for p, r in closing.offsets.items()},
         )
+        if watch is None or observation is None:
+            return None
+        with stages.timed(self._name, "watch"):
+            metrics = _observed(observation)
+        if metrics is None:
+            if not _completed(observation):
+                # No action of the query's plan read `events` (a .py query that built its output from
+                # something else): none will, so this graph reads its headers itself from now on.
+                self._watching = False
+                log.info("closing graph reads its headers in a pass of their own", query_id=record.query_id)
+            return None
+        return watch.reads(metrics, needed)
+
+
+def _completed(observation: Observation) -> bool:
+    """Whether an action completed the observation (PySpark's `get` would block until one does)."""
+    jvm_observation = observation._jo
+    return jvm_observation is not None and bool(jvm_observation.future().isCompleted())
+
+
+def _spanning(*ranges: Mapping[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """Per partition, the range from the lowest start to the highest end of `ranges`."""
+    spans: dict[int, tuple[int, int]] = {}
+    for each in ranges:
+        for partition, (begin, end) in each.items():
+            held = spans.get(partition)
+            spans[partition] = (begin, end) if held is None else (min(held[0], begin), max(held[1], end))
+    return spans
+
+
+def _observed(observation: Observation) -> dict[str, Any] | None:
+    """The observation's metrics, or None: when no action ran its plan within OBSERVED_WAIT_S (Spark
+    completes it as the first action that holds it ends, so it is done when the write returns), or
+    when that action held no metrics (Spark pruned the rows away, as for `WHERE false`) or failed."""
+    deadline = time.monotonic() + OBSERVED_WAIT_S
+    pause = threading.Event()
+    while not _completed(observation):
+        if time.monotonic() >= deadline:
+            return None
+        pause.wait(0.005)
+    try:
+        return dict(observation.get)
+    except (Py4JError, PySparkException) as exc:
+        log.debug("a closing job's header metrics could not be read", error=str(exc).splitlines()[0][:200])
+        return None
 
 
 def read_range(

@@ -13,9 +13,13 @@ of its own, with the same checkpoint discipline as Spark's micro-batch engine:
 2. it takes the topic's end offsets, caps the range at `graph_batch_cap` rows (split over the
    partitions in proportion to their rows, no partition starved, as Spark's Kafka source does),
    decides how far the batch closes (from the markers earlier batches read and those the producer
-   saw taken below the range's end), and writes both to `offsets/<batch id>` before reading a row;
+   saw taken below the range's end), and writes both to `offsets/<batch id>` before reading a row.
+   A batch that would close nothing runs only when the row cap left rows behind or no batch ran
+   for HEADERS_DUE_S: otherwise its rows wait for the batch that closes their window;
 3. it runs the batch (WindowCloser: the windows that close, then the headers and the state) over
    exactly that range, read as Spark batch jobs, and writes `commits/<batch id>` once it is done.
+   The job that closes windows learns the headers of the rows it reads (closing.HeaderWatch), so
+   in the steady state each row is read once.
 
 A restart replays a batch whose offsets are written and whose commit is not, over the same range and
 to the same closed point, as Spark would: the closer writes the same results under the same keys and
@@ -50,7 +54,8 @@ from hotswap.execution_graph.errors import ClosingGraphFailed, GraphStateLost
 
 log = structlog.get_logger(__name__)
 
-IDLE_POLL_S = 5.0  # a batch at least this often while rows wait, whatever the markers say
+IDLE_POLL_S = 5.0  # the loop looks at the topic at least this often, whatever the notices say
+HEADERS_DUE_S = 30.0  # a batch at least this often while rows wait, whatever the markers say
 PROGRESS_KEPT = 100  # as many progress reports as Spark keeps for a streaming query
 OFFSETS_TIMEOUT_MS = 15_000  # how long one read of the topic's end offsets may wait for a broker
 NOTICES_KEPT = 64  # marker notices kept for the next batch's plan (a few seconds of service batches)
@@ -201,6 +206,7 @@ class ClosingQuery:
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._slot: int | None = None  # the slide of the last marker that woke the loop
+        self._last_batch = float("-inf")  # monotonic time the last batch ended (none yet: headers are due)
         # Markers the producer saw every partition take: (watermark, partition -> offset), newest last.
         self._notified: deque[tuple[int, dict[int, int]]] = deque(maxlen=NOTICES_KEPT)
         self._failure: BaseException | None = None
@@ -326,7 +332,10 @@ class ClosingQuery:
                 state = self._closer.state(next_id - 1)
                 through = None if state is None else self._closer.closable(state, self._known(end))
                 batch = BatchRange(next_id, dict(start), end, through)
-                if batch.rows == 0 and through is None:
+                # Rows an earlier batch left unread are read now, even with no row after them: the
+                # markers there may be all that closes the next window.
+                waiting = state is not None and bool(state.unread)
+                if through is None and not waiting and (batch.rows == 0 or not self._headers_due(end, ends)):
                     continue
                 if self._files.exists(f"offsets/{next_id}"):
                     # Another writer of this checkpoint (a stalled executor's Spark) planned the batch.
@@ -336,6 +345,7 @@ class ClosingQuery:
                     )
                 self._files.write_once(f"offsets/{next_id}", batch.log_text(self._topic))  # written ahead
                 after = self._run(batch)
+                self._last_batch = time.monotonic()
                 next_id, start = next_id + 1, end
                 if any(end.get(p, 0) < e for p, e in ends.items()) or self._closer.closable(after) is not None:
                     self._wake.set()  # the cap left rows behind, or the batch read markers that close more
@@ -353,6 +363,15 @@ class ClosingQuery:
                 self._trigger_active = False
                 self._message = "Stopped"
             self._ends.close()
+
+    def _headers_due(self, end: Offsets, ends: Offsets) -> bool:
+        """Whether a batch that closes nothing should run now, to read the headers of the rows that
+        wait: when the row cap leaves rows behind (the markers that close them may lie further on),
+        or when no batch ran for HEADERS_DUE_S (markers whose notice was lost, as after a restart).
+        Otherwise the rows wait for the batch that closes their window, which learns their headers
+        as it reads them (closing.HeaderWatch), so each row is read once."""
+        capped = any(end.get(p, 0) < e for p, e in ends.items())
+        return capped or time.monotonic() - self._last_batch >= HEADERS_DUE_S
 
     def _resume(self) -> tuple[int, dict[int, int]]:
         """The next batch and where it starts; a batch planned and not committed is replayed first."""

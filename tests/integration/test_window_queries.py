@@ -13,6 +13,7 @@ import pytest
 import redis
 from pyspark.sql import SparkSession
 
+from hotswap.contract import stages
 from hotswap.contract.models import GraphEngine
 from hotswap.contract.names import Keys
 from hotswap.contract.records import read_graphs
@@ -81,6 +82,14 @@ def test_a_distinct_count_a_percentile_and_a_top_n_swap_in_under_load_on_the_clo
     assert {v.query_id: (graphs[v.query_id].engine, graphs[v.query_id].partitions) for v in VERSIONS} == {
         v.query_id: (GraphEngine.CLOSING, closing.source_partitions) for v in VERSIONS
     }
+    # Each closing batch learnt the route headers of its rows as it read them (closing.HeaderWatch):
+    # a headers pass of its own ran only at a graph's start, not once or twice per window.
+    timings = stages.snapshot()
+    for version in VERSIONS:
+        ran = timings.get(closing.names.graph_query(version.query_id), {})
+        closes, passes = len(ran.get("close", [])), len(ran.get("headers", []))
+        assert closes >= 2, (version.query_id, closes)
+        assert passes <= 2, (version.query_id, closes, passes)
     cuts = [truth.cut(client.journal.get(s.id)) for s in swaps]
     assert cuts == sorted(cuts)
     assert all(cut % 10_000 == 0 for cut in cuts)

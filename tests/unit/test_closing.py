@@ -2,8 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from py4j.protocol import Py4JError
+
 from hotswap.contract.windows import Windowing
-from hotswap.execution_graph.closing import ClosingState, PartitionRead, advance, closable, closing_for
+from hotswap.execution_graph.closing import (
+    ClosingState,
+    HeaderWatch,
+    PartitionRead,
+    _observed,
+    advance,
+    closable,
+    closing_for,
+)
 
 TUMBLING = Windowing(10_000, 10_000)
 SLIDING = Windowing(30_000, 10_000)
@@ -135,3 +147,82 @@ def test_rows_a_closing_batch_left_unread_are_read_by_the_next_close_and_headers
     state = advance(state, 2, [PartitionRead(0, marker=30_000, first_offsets={20_000: 5})], None, TUMBLING)
     assert state.unread == {}
     assert closable(state, partitions=1, windowing=TUMBLING) == 30_000
+
+
+# -- what a closing job learns of the headers it reads (HeaderWatch) ---------------------------------
+def _metrics(watch: HeaderWatch, **given: int | None) -> dict[str, int | None]:
+    """Metrics as Spark returns them: every aggregate named, those not given as an empty read has them."""
+    names = [e.rsplit(" AS ", 1)[1] for e in watch.aggregates()]
+    empty = {n: (0 if n.startswith(("rows_", "ahead_")) else None) for n in names}
+    return {**empty, **given}
+
+
+def test_a_closing_job_watches_the_buckets_still_open_after_it() -> None:
+    closing = closing_for(ClosingState(), 20_000, start={0: 0}, end={0: 9}, windowing=TUMBLING)
+    watch = HeaderWatch.for_closing(closing, TUMBLING)
+    assert watch is not None
+    assert watch.buckets == (20_000, 30_000)  # the next window's, and the one after
+    sliding = HeaderWatch.for_closing(closing_for(ClosingState(), 40_000, {0: 0}, {0: 9}, SLIDING), SLIDING)
+    assert sliding is not None
+    # Windows ending after 40 s read from 20 s on (30 s windows every 10 s); two windows ahead.
+    assert sliding.buckets == (20_000, 30_000, 40_000, 50_000, 60_000, 70_000, 80_000, 90_000)
+    short_slide = Windowing(3_600_000, 60_000)
+    assert HeaderWatch.for_closing(closing_for(ClosingState(), 0, {0: 0}, {0: 9}, short_slide), short_slide) is None
+
+
+def test_what_a_closing_job_read_stands_for_a_headers_pass_of_its_rows() -> None:
+    watch = HeaderWatch({0: (3, 10), 1: (0, 4)}, (20_000, 30_000))
+    metrics = _metrics(watch, rows_0=7, rows_1=4, marker_0=25_000, first_0_0=5, first_1_1=2)
+    reads = watch.reads(metrics, needed={0: (6, 10), 1: (0, 4)})
+    assert reads == [
+        PartitionRead(0, marker=25_000, first_offsets={20_000: 5}),
+        PartitionRead(1, marker=None, first_offsets={30_000: 2}),
+    ]
+    state = advance(ClosingState(closed_through=10_000), 4, reads or [], 20_000, TUMBLING)
+    assert state.first_offsets == {20_000: {0: 5}, 30_000: {1: 2}}
+    assert state.markers == {0: 25_000}
+
+
+def test_a_closing_job_that_did_not_see_every_row_it_must_learn_leaves_the_headers_to_a_pass() -> None:
+    watch = HeaderWatch({0: (3, 10)}, (20_000, 30_000))
+    complete = _metrics(watch, rows_0=7)
+    assert watch.reads(complete, needed={0: (3, 10)}) is not None
+    # A query's own action over part of the rows completed the observation early.
+    assert watch.reads(_metrics(watch, rows_0=2), needed={0: (3, 10)}) is None
+    # A row of a bucket past the watched ones: its first offset would be lost.
+    assert watch.reads(_metrics(watch, rows_0=7, ahead_0=1), needed={0: (3, 10)}) is None
+    # Rows the batch must learn that the job did not read: another partition, or before its range.
+    assert watch.reads(complete, needed={0: (3, 10), 1: (0, 5)}) is None
+    assert watch.reads(complete, needed={0: (1, 10)}) is None
+    assert watch.reads(complete, needed={0: (3, 10), 1: (5, 5)}) is not None  # nothing to learn there
+
+
+class _Future:
+    def __init__(self, completed: bool) -> None:
+        self.completed = completed
+
+    def isCompleted(self) -> bool:
+        return self.completed
+
+
+class _Observation:
+    """An observation as the JVM answers it: done or not, and its metrics, or Spark's error reading them."""
+
+    def __init__(self, completed: bool, metrics: dict[str, int] | None) -> None:
+        future = _Future(completed)
+        self._jo = type("JvmObservation", (), {"future": lambda _self: future})()
+        self._metrics = metrics
+
+    @property
+    def get(self) -> dict[str, int]:
+        if self._metrics is None:
+            # What Spark 4.2 does when the action that completed it held no metrics (a pruned plan).
+            raise Py4JError("An error occurred while calling o1.getRow: java.lang.AssertionError")
+        return self._metrics
+
+
+def test_a_closing_job_whose_metrics_cannot_be_read_leaves_the_headers_to_a_pass() -> None:
+    fake: Any = _Observation(True, {"rows_0": 3})
+    assert _observed(fake) == {"rows_0": 3}
+    pruned: Any = _Observation(True, None)
+    assert _observed(pruned) is None, "an error reading them is no metrics, never a failed batch"

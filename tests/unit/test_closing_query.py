@@ -4,12 +4,20 @@ says a marker is written only once every partition took it (service_graph/kafka_
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from hotswap.contract.settings import Settings
 from hotswap.execution_graph.closing import ClosingState
-from hotswap.execution_graph.closing_query import BatchRange, ClosingQuery, PlannedBatch, capped_end, parse_offset_log
+from hotswap.execution_graph.closing_query import (
+    HEADERS_DUE_S,
+    BatchRange,
+    ClosingQuery,
+    PlannedBatch,
+    capped_end,
+    parse_offset_log,
+)
 from hotswap.service_graph.kafka_io import MarkerWriter, _Awaited
 from hotswap.service_graph.routing import Marker
 
@@ -122,3 +130,14 @@ def test_a_batch_an_earlier_version_planned_is_replayed_as_far_as_its_state_file
     assert _replayed({"offsets/4": log, "closing/4": state.to_json()}) == BatchRange(4, {0: 3}, {0: 9}, 30_000)
     # It stopped before its state: nothing of it is out, and the next batch closes what it read.
     assert _replayed({"offsets/4": log}) == BatchRange(4, {0: 3}, {0: 9}, None)
+
+
+def test_rows_that_close_nothing_wait_for_the_batch_that_closes_their_window() -> None:
+    query = _loop()
+    # No batch yet (a start or a restart): the headers are due at once, markers may wait in them.
+    assert query._headers_due({0: 9}, {0: 9})
+    query._last_batch = time.monotonic()
+    assert not query._headers_due({0: 9}, {0: 9}), "a batch just ran: the rows wait"
+    assert query._headers_due({0: 9}, {0: 20}), "the row cap left rows behind: the markers may lie there"
+    query._last_batch = time.monotonic() - HEADERS_DUE_S
+    assert query._headers_due({0: 9}, {0: 9}), "no batch for a while: a notice may have been lost"

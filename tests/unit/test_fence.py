@@ -139,8 +139,10 @@ class Files:
     def read_text(self, name: str) -> str | None:
         return self.texts.get(name)
 
-    def write_once(self, name: str, text: str) -> None:
+    def write_once(self, name: str, text: str) -> bool:
+        written = name not in self.texts
         self.texts.setdefault(name, text)
+        return written
 
     def replace(self, name: str, text: str) -> None:
         self.texts[name] = text
