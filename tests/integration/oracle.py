@@ -244,11 +244,21 @@ def routed_everything(settings: Settings, source_ends: dict[int, int]) -> bool:
 
 
 def settle(
-    settings: Settings, watermark_of_final: Callable[[], int], timeout_s: float = 180, decode: Decode = demo_event
+    settings: Settings,
+    watermark_of_final: Callable[[], int],
+    timeout_s: float = 180,
+    decode: Decode = demo_event,
+    *,
+    closes_on_ms: int | None = None,
 ) -> Truth:
     """Once the load has stopped: wait until the service graph routed every source row, check the
     late topic against the prediction, then wait until the final query's committed watermark
-    reaches the horizon the source implies. Call it while the executor still runs."""
+    reaches the horizon the source implies. Call it while the executor still runs.
+
+    `closes_on_ms`: the final graph runs on the closing engine, with windows ending on this grid
+    (its slide). Its committed watermark is how far it closed, a window end: it stops at the last
+    one at or before the horizon until the quiet source goes idle, so that is what to wait for
+    (every window ending at or before the horizon ends there too)."""
     events = source_events(settings, decode)
     source_ends: dict[int, int] = {}
     for e in events:
@@ -258,7 +268,8 @@ def settle(
     late = event_ids(settings, settings.names.late_topic)
     check_late(settings, events, late, dead)
     closed_until = horizon((e for e in events if e.id not in late and e.id not in dead), settings.lateness.ms)
-    wait_until(lambda: watermark_of_final() >= closed_until, timeout_s, f"every window through {closed_until} to close")
+    reached = closed_until if closes_on_ms is None else closed_until - closed_until % closes_on_ms
+    wait_until(lambda: watermark_of_final() >= reached, timeout_s, f"every window through {closed_until} to close")
     return Truth(settings, events, late, dead, ServiceBatches(settings), closed_until)
 
 

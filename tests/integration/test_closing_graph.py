@@ -135,7 +135,7 @@ def test_executor_killed_between_a_closing_batch_results_and_its_commit_emits_ea
             reached = committed_watermark(client, "count_per_key") + 40_000
             wait_until(lambda: committed_watermark(client, "count_per_key") >= reached, 120, "windows after the crash")
             load.stop()
-            truth = settle(settings, lambda: committed_watermark(client, "count_per_key"))
+            truth = settle(settings, lambda: committed_watermark(client, "count_per_key"), closes_on_ms=10_000)
         finally:
             last.stop()
     results = read_results(settings.kafka, settings.sink_topic)
