@@ -417,11 +417,11 @@ class Settings(BaseSettings):
     sink: str | None = None
     # The sink's connection URL, for postgres: postgresql://user:password@host:5432/database.
     sink_url: SecretStr | None = None
-    # How execution graphs compute their windows: "stateful" (a Spark streaming aggregation closed by
-    # Spark's watermark) or "closing" (each window computed once, as a batch, when every partition's
-    # marker has passed it; docs/architecture.md, "Two graph engines"). Recorded per graph when it is
-    # deployed: a running graph keeps its engine.
-    graph_engine: GraphEngine = GraphEngine.STATEFUL
+    # How execution graphs compute their windows: "closing" (each window computed once, as a batch,
+    # when every partition's marker has passed it; docs/architecture.md, "Two graph engines") or
+    # "stateful" (a Spark streaming aggregation closed by Spark's watermark, on a one-partition topic).
+    # Recorded per graph when it is deployed: a running graph keeps its engine.
+    graph_engine: GraphEngine = GraphEngine.CLOSING
     # Partitions of a closing graph's topic (None: as many as the source topic has). A stateful
     # graph's topic always has one.
     graph_partitions: int | None = Field(default=None, ge=1, le=1024)

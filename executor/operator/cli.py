@@ -158,8 +158,8 @@ def run(
     graph_engine: Annotated[
         GraphEngine | None,
         typer.Option(
-            help="How execution graphs deployed from now on compute their windows: stateful (a Spark streaming "
-            "aggregation; default) or closing (each window once, as a batch, when it closes)."
+            help="How execution graphs deployed from now on compute their windows: closing (each window once, as a "
+            "batch, when it closes; default) or stateful (a Spark streaming aggregation)."
         ),
     ] = None,
     graph_partitions: Annotated[

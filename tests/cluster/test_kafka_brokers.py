@@ -37,6 +37,7 @@ from tests.integration.harness import (
     ExecutorProcess,
     committed_watermark,
     continuous_load,
+    final_graph,
     namespace_settings,
 )
 from tests.integration.oracle import Version, assert_invariants, count_and_total, peak_and_low, settle
@@ -171,7 +172,7 @@ def test_a_broker_killed_during_the_drain_leaves_every_invariant_intact(
             assert all(victim not in p["isr_nodes"] for p in partitions_of(settings, new_topic))
             wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 60_000, 180, "new windows")
             load.stop()
-            truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
+            truth = settle(settings, final_graph(client, "max_per_key_30s"))
     finally:
         executor.stop()
 

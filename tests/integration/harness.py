@@ -22,6 +22,7 @@ import redis
 from pyspark.sql import SparkSession
 
 from hotswap.contract.faults import CRASH_ENV
+from hotswap.contract.models import GraphEngine
 from hotswap.contract.names import Keys
 from hotswap.contract.settings import Settings
 from hotswap.execution_graph.source import load_query_source
@@ -162,6 +163,29 @@ def committed_watermark(client: Client, query_id: str) -> int:
     graph = client.status().graphs.get(query_id)
     progress = graph.progress if graph else None
     return (progress.committed_watermark or 0) if progress else 0
+
+
+@dataclass(frozen=True)
+class FinalGraph:
+    """The graph a test settles on (oracle.settle): its committed watermark, and the grid its
+    windows end on if it runs on the closing engine, whose committed watermark is the last window
+    end it closed."""
+
+    client: Client
+    query_id: str
+
+    def __call__(self) -> int:
+        return committed_watermark(self.client, self.query_id)
+
+    def closes_on_ms(self) -> int | None:
+        graph = self.client.status().graphs.get(self.query_id)
+        if graph is None or graph.engine is not GraphEngine.CLOSING:
+            return None
+        return graph.slide_ms or graph.window_ms
+
+
+def final_graph(client: Client, query_id: str) -> FinalGraph:
+    return FinalGraph(client, query_id)
 
 
 # -- queries made for tests ------------------------------------------------------------------------

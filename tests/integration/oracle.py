@@ -35,7 +35,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from hotswap.contract.journal import SwapRecord
 from hotswap.contract.models import GraphEngine
@@ -244,6 +244,15 @@ def routed_everything(settings: Settings, source_ends: dict[int, int]) -> bool:
     return all(ends.get(p, 0) >= end for p, end in source_ends.items())
 
 
+@runtime_checkable
+class KnowsItsGrid(Protocol):
+    """A final graph's committed watermark that also says the grid its closing windows end on."""
+
+    def __call__(self) -> int: ...
+
+    def closes_on_ms(self) -> int | None: ...
+
+
 def settle(
     settings: Settings,
     watermark_of_final: Callable[[], int],
@@ -259,9 +268,9 @@ def settle(
     `closes_on_ms`: the final graph runs on the closing engine, with windows ending on this grid
     (its slide). Its committed watermark is how far it closed, a window end: it stops at the last
     one at or before the horizon until the quiet source goes idle, so that is what to wait for
-    (every window ending at or before the horizon ends there too). Settings on the closing engine
-    with no grid given (the whole suite run with HOTSWAP_GRAPH_ENGINE=closing) wait on
-    CLOSING_GRID_MS."""
+    (every window ending at or before the horizon ends there too). A `watermark_of_final` that
+    knows its graph (harness.FinalGraph) gives the grid itself; a bare callable on settings of the
+    closing engine waits on CLOSING_GRID_MS."""
     events = source_events(settings, decode)
     source_ends: dict[int, int] = {}
     for e in events:
@@ -272,7 +281,9 @@ def settle(
     check_late(settings, events, late, dead)
     closed_until = horizon((e for e in events if e.id not in late and e.id not in dead), settings.lateness.ms)
     grid = closes_on_ms
-    if grid is None and settings.graph_engine is GraphEngine.CLOSING:
+    if grid is None and isinstance(watermark_of_final, KnowsItsGrid):
+        grid = watermark_of_final.closes_on_ms()
+    elif grid is None and settings.graph_engine is GraphEngine.CLOSING:
         grid = CLOSING_GRID_MS
     reached = closed_until if grid is None else closed_until - closed_until % grid
     wait_until(lambda: watermark_of_final() >= reached, timeout_s, f"every window through {closed_until} to close")

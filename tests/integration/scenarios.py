@@ -6,14 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from hotswap.contract.models import GraphEngine, GraphState
+from hotswap.contract.models import GraphState
 from hotswap.contract.settings import Settings
 from hotswap.contract.status import Status, SwapStatus
 from hotswap.executor.operator.client import Client
 from hotswap.executor.tools.generator import GeneratorSpec
 from hotswap.service_sink.audit import read_results
 from tests.conftest import COMPLETED_SWAP_PHASES, wait_until
-from tests.integration.harness import QUERIES, REPO, committed_watermark, continuous_load
+from tests.integration.harness import QUERIES, REPO, committed_watermark, continuous_load, final_graph
 from tests.integration.oracle import (
     Truth,
     Version,
@@ -63,9 +63,7 @@ def three_swaps_under_load(settings: Settings, client: Client) -> ThreeSwaps:
         last_cut = cut_of(swaps[-1])
         wait_until(lambda: committed_watermark(client, final) >= last_cut + 40_000, 120, "windows after the last cut")
         load.stop()
-        # The last version (TOTAL_20S) closes on a 20 s grid on the closing engine.
-        grid = 20_000 if settings.graph_engine is GraphEngine.CLOSING else None
-        truth = settle(settings, lambda: committed_watermark(client, final), closes_on_ms=grid)
+        truth = settle(settings, final_graph(client, final))
         return ThreeSwaps(swaps, truth, client.status())
 
 

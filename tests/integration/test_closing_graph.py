@@ -25,7 +25,7 @@ from hotswap.executor.tools.generator import GeneratorSpec
 from hotswap.service_sink.audit import read_results
 from hotswap.service_sink.results import ResultWriter
 from tests.conftest import DEMO_SOURCE, wait_until
-from tests.integration.harness import REPO, ExecutorProcess, changed, committed_watermark, continuous_load
+from tests.integration.harness import REPO, ExecutorProcess, changed, committed_watermark, continuous_load, final_graph
 from tests.integration.oracle import Version, assert_invariants, count_and_total, settle
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -135,7 +135,7 @@ def test_executor_killed_between_a_closing_batch_results_and_its_commit_emits_ea
             reached = committed_watermark(client, "count_per_key") + 40_000
             wait_until(lambda: committed_watermark(client, "count_per_key") >= reached, 120, "windows after the crash")
             load.stop()
-            truth = settle(settings, lambda: committed_watermark(client, "count_per_key"), closes_on_ms=10_000)
+            truth = settle(settings, final_graph(client, "count_per_key"), closes_on_ms=10_000)
         finally:
             last.stop()
     results = read_results(settings.kafka, settings.sink_topic)

@@ -33,6 +33,7 @@ from tests.integration.harness import (
     continuous_load,
     executor_running,
     fails_to_start,
+    final_graph,
     flaky,
     read_topic,
     run_cli,
@@ -96,7 +97,7 @@ def test_executor_killed_in_each_swap_phase_resumes_and_keeps_every_invariant(
             cut = int(done.cut_window_end or 0)
             wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 60_000, 120, "new windows")
             load.stop()
-            truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
+            truth = settle(settings, final_graph(client, "max_per_key_30s"))
         finally:
             process.stop()
     # The cut recorded before a crash was never re-decided, and each phase was recorded once.
@@ -124,7 +125,7 @@ def test_a_batch_killed_mid_write_is_replayed_and_counted_once(
             reached = committed_watermark(client, "count_per_key") + 40_000
             wait_until(lambda: committed_watermark(client, "count_per_key") >= reached, 120, "windows after the crash")
             load.stop()
-            truth = settle(settings, lambda: committed_watermark(client, "count_per_key"))
+            truth = settle(settings, final_graph(client, "count_per_key"))
         finally:
             last.stop()
     routes = [
@@ -219,7 +220,7 @@ def test_a_query_failing_after_the_cut_is_restarted_from_its_checkpoint(
         cut = int(done.cut_window_end or 0)
         wait_until(lambda: committed_watermark(client, "flaky") >= cut + 30_000, 120, "windows of the flaky query")
         load.stop()
-        truth = settle(settings, lambda: committed_watermark(client, "flaky"))
+        truth = settle(settings, final_graph(client, "flaky"))
     assert tally(tmp_path, "flaky", "failures") == 2
     versions = [VERSIONS[0], Version("flaky", 10_000, count_and_total)]
     cuts = [truth.cut(done)]
@@ -272,7 +273,7 @@ def test_a_redis_restart_during_a_swap_is_ridden_out(
         cut = int(done.cut_window_end or 0)
         wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 60_000, 120, "new windows")
         load.stop()
-        truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
+        truth = settle(settings, final_graph(client, "max_per_key_30s"))
     check_two_versions(truth, client, record.id)
 
 
@@ -290,7 +291,7 @@ def test_a_kafka_broker_restart_is_recovered_from(
         cut = int(done.cut_window_end or 0)
         wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 60_000, 180, "new windows")
         load.stop()
-        truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
+        truth = settle(settings, final_graph(client, "max_per_key_30s"))
     check_two_versions(truth, client, record.id)
 
 
@@ -355,7 +356,7 @@ def test_kafka_and_redis_away_together_after_a_cut_are_ridden_out_and_said_in_a_
             cut = int(done.cut_window_end or 0)
             wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 60_000, 180, "new windows")
             load.stop()
-            truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
+            truth = settle(settings, final_graph(client, "max_per_key_30s"))
     finally:
         executor.stop()
     check_two_versions(truth, client, record.id)

@@ -31,6 +31,7 @@ from tests.integration.harness import (
     committed_watermark,
     continuous_load,
     executor_running,
+    final_graph,
     read_topic,
     slow_to_deploy,
 )
@@ -124,7 +125,7 @@ def test_skewed_partitions_and_a_backlog_lose_no_row_and_catch_up_in_bounded_bat
         finally:
             stop.set()
             load.join(timeout=30)
-        truth = settle(skewed, lambda: committed_watermark(client, "max_per_key_30s"))
+        truth = settle(skewed, final_graph(client, "max_per_key_30s"))
         service = running.executor.service.query
         assert service is not None
         sizes = [input_rows(p) for p in service.recentProgress]
@@ -149,7 +150,7 @@ def test_a_source_that_goes_quiet_right_after_a_submit_completes_the_swap_and_cl
         done = client.wait_until_done(record.id, 180)
         last_window_end = max((e.ts // 30_000) * 30_000 + 30_000 for e in source_events(quiet))
         wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= last_window_end, 120, "the last window")
-        truth = settle(quiet, lambda: committed_watermark(client, "max_per_key_30s"))
+        truth = settle(quiet, final_graph(client, "max_per_key_30s"))
     deploy_s = phase_at(done, SwapPhase.DEPLOYED) - phase_at(done, SwapPhase.VALIDATED)
     budget_s = deploy_s + 3 + 2 + 30 + 10  # deploy + idle_timeout + lateness + the larger window + 10 s
     took_s = phase_at(done, SwapPhase.COMPLETED) - quiet_since
@@ -175,7 +176,7 @@ def test_submit_b_submit_c_abort_b_and_c_replaces_a(
         cut = int(done.cut_window_end or 0)
         wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 30_000, 120, "new windows")
         load.stop()
-        truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
+        truth = settle(settings, final_graph(client, "max_per_key_30s"))
         status = client.status()
     assert client.journal.get(b.id).state is SwapPhase.ABORTED
     assert status.graphs[b.to_query].state is GraphState.DISCARDED  # it never served
@@ -201,7 +202,7 @@ def test_an_event_from_the_year_2100_is_dead_lettered_and_moves_no_window_and_no
         cut = int(done.cut_window_end or 0)
         wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 30_000, 120, "new windows")
         load.stop()
-        truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
+        truth = settle(settings, final_graph(client, "max_per_key_30s"))
         status = client.status()
     assert cut % 30_000 == 0
     assert cut < T0 + 3_600_000, f"the cut {cut} was taken from the far-future event"

@@ -14,7 +14,7 @@ from hotswap.executor.operator.client import Client
 from hotswap.executor.tools.generator import GeneratorSpec, produce
 from hotswap.service_sink.audit import read_results
 from tests.conftest import wait_until
-from tests.integration.harness import REPO, committed_watermark, executor_running, read_topic
+from tests.integration.harness import REPO, committed_watermark, executor_running, final_graph, read_topic
 from tests.integration.oracle import Version, assert_invariants, count_and_total, settle
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -33,7 +33,7 @@ def test_seeded_events_flow_through_and_every_closed_window_matches_a_recomputat
         assert report.sent == 4000
         last_closed = T0 + 35_000  # windows up to here close once the watermark (max ts - 2 s) passes them
         wait_until(lambda: committed_watermark(client, "count_per_key") >= last_closed, 120, "windows to close")
-        truth = settle(settings, lambda: committed_watermark(client, "count_per_key"))
+        truth = settle(settings, final_graph(client, "count_per_key"))
         status = client.status()
 
     assert status.current is not None
@@ -79,7 +79,7 @@ def test_restart_on_the_same_namespace_resumes_without_duplicates(
     with executor_running(settings, spark, COUNT_QUERY):
         produce(settings.kafka, second, settings.source_topic)
         wait_until(lambda: committed_watermark(client, "count_per_key") >= T0 + 25_000, 120, "windows after restart")
-        truth = settle(settings, lambda: committed_watermark(client, "count_per_key"))
+        truth = settle(settings, final_graph(client, "count_per_key"))
     assert [s.to_query for s in client.status().swaps] == []
     version = Version("count_per_key", 10_000, count_and_total)
     assert_invariants(

@@ -28,6 +28,7 @@ from tests.integration.harness import (
     continuous_load,
     executor_running,
     fails_on_rows,
+    final_graph,
     python_query,
     read_topic,
     tally,
@@ -92,7 +93,7 @@ def test_a_flushed_redis_stops_the_executor_with_one_line_and_reset_starts_over(
             again.wait_serving(control, keys)
             wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 40_000, 180, "windows again")
             load.stop()
-            truth = settle(settings, lambda: committed_watermark(client, "count_per_key"))
+            truth = settle(settings, final_graph(client, "count_per_key"))
         finally:
             again.stop()
     # Both runs wrote the windows they closed; each (window, key) has one value under one key.
@@ -134,7 +135,7 @@ def test_an_executor_stalled_past_its_lease_during_a_drain_is_fenced_off_and_its
             cut = int(done.cut_window_end or 0)
             wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 30_000, 120, "new windows")
             load.stop()
-            truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
+            truth = settle(settings, final_graph(client, "max_per_key_30s"))
         finally:
             stalled.process.send_signal(signal.SIGCONT)
             stalled.stop()
@@ -171,7 +172,7 @@ def test_a_completed_swap_and_a_running_one_are_rolled_back_under_load(
         last_cut = int(back_again_done.cut_window_end or 0)
         wait_until(lambda: committed_watermark(client, final) >= last_cut + 30_000, 120, "windows after the rollback")
         load.stop()
-        truth = settle(settings, lambda: committed_watermark(client, final))
+        truth = settle(settings, final_graph(client, final))
         status = client.status()
     swaps = {s.id: s for s in status.swaps}
     assert swaps[completed.id].state is SwapPhase.ROLLED_BACK
@@ -223,7 +224,7 @@ def test_a_query_failing_for_good_after_its_cut_is_rolled_back_and_then_fixed_fo
         final = fixed.to_query
         wait_until(lambda: committed_watermark(client, final) >= int(fixed.cut_window_end or 0) + 30_000, 120, "fixed")
         load.stop()
-        truth = settle(settings, lambda: committed_watermark(client, final))
+        truth = settle(settings, final_graph(client, final))
         status = client.status()
     swaps = {s.id: s for s in status.swaps}
     assert swaps[first.id].state is SwapPhase.ROLLED_BACK
@@ -263,7 +264,7 @@ def test_a_query_failing_on_a_live_row_after_its_cut_is_rolled_back_on_its_own(
         final = done.to_query
         wait_until(lambda: committed_watermark(client, final) >= int(done.cut_window_end or 0) + 30_000, 120, "after")
         load.stop()
-        truth = settle(settings, lambda: committed_watermark(client, final))
+        truth = settle(settings, final_graph(client, final))
     undone = client.journal.get(poisoned.id)
     assert undone.state is SwapPhase.ROLLED_BACK
     assert undone.cut_window_end is not None
@@ -315,7 +316,7 @@ def test_a_batch_that_stalls_in_a_drain_is_cancelled_and_replayed_exactly_once(
             "windows after the cut",
         )
         load.stop()
-        truth = settle(settings, lambda: committed_watermark(client, "count_per_key"))
+        truth = settle(settings, final_graph(client, "count_per_key"))
     assert tally(tmp_path, "hangs_in_drain", "hung") >= 1
     assert done.state is SwapPhase.COMPLETED
     assert done.reason_code is None
@@ -360,7 +361,7 @@ def test_a_first_query_that_failed_for_good_on_a_row_is_replaced(
             "windows after the failure",
         )
         load.stop()
-        truth = settle(settings, lambda: committed_watermark(client, "count_per_key"))
+        truth = settle(settings, final_graph(client, "count_per_key"))
     assert done.replaces == "poisoned_first"
     assert done.from_query == "poisoned_first"
     assert done.cut_window_end == stopped - stopped % 10_000  # from the end of its last window
@@ -425,7 +426,7 @@ def test_a_serving_query_that_fails_on_a_row_dead_letters_that_batch_and_goes_on
         wait_until(lambda: committed_watermark(client, "poison_aware") > poison_ts + 30_000, 120, "windows after it")
         load.stop()
         grid = 10_000 if engine == "closing" else None
-        truth = settle(skipping, lambda: committed_watermark(client, "poison_aware"), closes_on_ms=grid)
+        truth = settle(skipping, final_graph(client, "poison_aware"), closes_on_ms=grid)
     status = client.status()
     dead = [
         r

@@ -25,6 +25,7 @@ from tests.integration.harness import (
     committed_watermark,
     continuous_load,
     executor_running,
+    final_graph,
     namespace_settings,
     read_topic,
     slow_to_start,
@@ -94,7 +95,7 @@ def test_a_swap_under_load_over_tls_and_scram_as_least_privilege_users(
         cut = cut_of(next(s for s in status.swaps if s.id == swap.id))
         wait_until(lambda: committed_watermark(operator, "max_per_key_30s") >= cut + 60_000, 120, "30 s windows")
         load.stop()
-        truth = settle(settings, lambda: committed_watermark(operator, "max_per_key_30s"))
+        truth = settle(settings, final_graph(operator, "max_per_key_30s"))
 
         # Redis refuses the submitter every write that is the executor's alone.
         direct = redis.Redis.from_url(as_submitter.redis_dsn)

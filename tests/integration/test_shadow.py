@@ -16,7 +16,7 @@ from hotswap.executor.operator.client import Client
 from hotswap.executor.tools.generator import GeneratorSpec
 from hotswap.service_sink.audit import read_results
 from tests.conftest import wait_until
-from tests.integration.harness import committed_watermark, continuous_load, executor_running
+from tests.integration.harness import committed_watermark, continuous_load, executor_running, final_graph
 from tests.integration.oracle import SourceEvent, Version, assert_invariants, count_and_total, end_of_window, settle
 from tests.integration.scenarios import COUNT_10S, T0
 
@@ -85,7 +85,7 @@ def test_a_shadow_is_diffed_aborted_or_promoted_and_every_invariant_holds(
             "windows after the promotion",
         )
         load.stop()
-        truth = settle(settings, lambda: committed_watermark(client, "count_doubled"))
+        truth = settle(settings, final_graph(client, "count_doubled"))
 
     assert [s.state for s in client.journal.all()] == [SwapPhase.ABORTED, SwapPhase.COMPLETED]
     assert done.shadow_since is not None

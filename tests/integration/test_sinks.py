@@ -27,7 +27,7 @@ from hotswap.service_sink.errors import SinkSchemaConflict
 from hotswap.service_sink.postgres import PostgresTable
 from hotswap.service_sink.results import ResultWriter
 from tests.conftest import wait_until
-from tests.integration.harness import REPO, ExecutorProcess, changed, committed_watermark, continuous_load
+from tests.integration.harness import REPO, ExecutorProcess, changed, committed_watermark, continuous_load, final_graph
 from tests.integration.oracle import Truth, Version, assert_invariants, count_and_total, peak_and_low, settle
 from tests.integration.postgres import PostgresServer
 
@@ -118,7 +118,7 @@ def swap_with_a_kill_after_a_commit(
             cut = int(done.cut_window_end or 0)
             wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 60_000, 120, "new windows")
             load.stop()
-            truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
+            truth = settle(settings, final_graph(client, "max_per_key_30s"))
         finally:
             last.stop()
     return done, truth

@@ -20,6 +20,7 @@ from tests.integration.harness import (
     committed_watermark,
     continuous_load,
     executor_running,
+    final_graph,
     namespace_settings,
     read_topic,
 )
@@ -65,7 +66,7 @@ def test_tumbling_to_sliding_and_back_to_tumbling_under_load_keep_every_invarian
             lambda: committed_watermark(client, final) >= cut_of(to_tumbling) + 40_000, 120, "windows after the cuts"
         )
         load.stop()
-        truth = settle(settings, lambda: committed_watermark(client, final))
+        truth = settle(settings, final_graph(client, final))
         status = client.status()
 
     sliding = to_sliding.to_query

@@ -45,6 +45,7 @@ from tests.integration.harness import (
     committed_watermark,
     continuous_load,
     executor_running,
+    final_graph,
     namespace_settings,
     read_topic,
 )
@@ -161,7 +162,7 @@ def run_orders(
         cut = int(done.cut_window_end or 0)
         wait_until(lambda: committed_watermark(client, "orders_per_channel") >= cut + 40_000, 120, "new windows")
         load.stop()
-        truth = settle(settings, lambda: committed_watermark(client, "orders_per_channel"), decode=decode)
+        truth = settle(settings, final_graph(client, "orders_per_channel"), decode=decode)
         status = client.status()
     return Run(settings, truth, done, status, read_topic(settings, settings.names.dead_letter_topic))
 
@@ -339,7 +340,7 @@ def test_epoch_seconds_in_a_nested_field_are_the_event_time(
     ]
     with executor_running(settings, spark, query):
         send_values(settings, values)
-        truth = settle(settings, lambda: committed_watermark(client, query.stem), decode=epoch_seconds_event)
+        truth = settle(settings, final_graph(client, query.stem), decode=epoch_seconds_event)
     version = Version(query.stem, 10_000, n_and_total, group_column="k")
     assert truth.closed_until >= T0 + 50_000
     assert_invariants(
@@ -399,7 +400,7 @@ def test_the_kafka_records_own_timestamp_is_the_event_time(
     with executor_running(settings, spark, query):
         # The record's timestamp, set by the producer, 50 ms apart with up to 400 ms of disorder.
         send_stamped(settings, range(1200), t0, disorder_ms=400)
-        truth = settle(settings, lambda: committed_watermark(client, query.stem), decode=kafka_time_event)
+        truth = settle(settings, final_graph(client, query.stem), decode=kafka_time_event)
     version = Version(query.stem, 10_000, n_and_total)
     assert truth.closed_until >= t0 + 50_000
     assert_invariants(
@@ -427,7 +428,7 @@ def test_a_batch_whose_read_skipped_a_partition_is_replayed_and_loses_no_row(
     t0 = recent_t0()
     with executor_running(settings, spark, query):
         send_stamped(settings, range(1200), t0)
-        truth = settle(settings, lambda: committed_watermark(client, query.stem), decode=kafka_time_event)
+        truth = settle(settings, final_graph(client, query.stem), decode=kafka_time_event)
         status = client.status()
     assert skipped == ["partition 1"]
     assert (status.service.skipped_reads, status.expired_records) == (1, 0)
@@ -459,7 +460,7 @@ def test_rows_retention_deleted_before_they_were_read_are_counted_as_expired(
         admin.close()
     with executor_running(settings, spark, query):
         send_stamped(settings, range(1200, 1400), t0)  # rows after the gap in both partitions
-        truth = settle(settings, lambda: committed_watermark(client, query.stem), decode=kafka_time_event)
+        truth = settle(settings, final_graph(client, query.stem), decode=kafka_time_event)
         status = client.status()
     assert (status.expired_records, status.service.skipped_reads) == (100 + 300, 0)
     version = Version(query.stem, 10_000, n_and_total)

@@ -25,6 +25,7 @@ from tests.integration.harness import (
     committed_watermark,
     continuous_load,
     executor_running,
+    final_graph,
     read_topic,
     slow_to_start,
     stalls_once,
@@ -49,12 +50,14 @@ def phase_at(record: SwapRecord, phase: SwapPhase) -> float:
     return next(p.at for p in record.phases if p.name is phase) / 1000
 
 
+@pytest.mark.parametrize("engine", ["closing", "stateful"])
 def test_three_consecutive_swaps_under_load_keep_every_invariant(
-    settings: Settings, spark: SparkSession, client: Client
+    settings: Settings, spark: SparkSession, client: Client, engine: str
 ) -> None:
-    with executor_running(settings, spark, COUNT_10S):
-        run = three_swaps_under_load(settings, client)
-    assert_three_swaps_keep_every_invariant(settings, client, run)
+    on_engine = changed(settings, graph_engine=engine)
+    with executor_running(on_engine, spark, COUNT_10S):
+        run = three_swaps_under_load(on_engine, client)
+    assert_three_swaps_keep_every_invariant(on_engine, client, run)
 
 
 def test_a_new_query_slow_to_start_buffers_its_rows_in_its_topic(
@@ -79,7 +82,7 @@ def test_a_new_query_slow_to_start_buffers_its_rows_in_its_topic(
             "the slow query to catch up",
         )
         load.stop()
-        truth = settle(settings, lambda: committed_watermark(client, "slow_start"))
+        truth = settle(settings, final_graph(client, "slow_start"))
 
     assert tally(tmp_path, "slow_start", "stalled") >= 1  # once per task of its first batch with live rows
     versions = [Version("count_per_key", 10_000, count_and_total), Version("slow_start", 10_000, count_and_total)]
@@ -103,7 +106,7 @@ def test_a_swap_from_10s_to_30s_windows_cuts_on_a_30s_boundary(
         cut = cut_of(swap)
         wait_until(lambda: committed_watermark(client, "max_per_key_30s") >= cut + 60_000, 120, "30 s windows")
         load.stop()
-        truth = settle(settings, lambda: committed_watermark(client, "max_per_key_30s"))
+        truth = settle(settings, final_graph(client, "max_per_key_30s"))
 
     assert truth.cut(client.journal.get(swap.id)) == cut
     assert cut % 30_000 == 0

@@ -22,7 +22,7 @@ from hotswap.executor.operator.client import Client
 from hotswap.executor.tools.generator import GeneratorSpec
 from hotswap.service_sink.audit import read_results
 from tests.conftest import wait_until
-from tests.integration.harness import REPO, changed, committed_watermark, continuous_load, executor_running
+from tests.integration.harness import REPO, changed, committed_watermark, continuous_load, executor_running, final_graph
 from tests.integration.oracle import (
     TopN,
     Version,
@@ -71,7 +71,7 @@ def test_a_distinct_count_a_percentile_and_a_top_n_swap_in_under_load_on_the_clo
         final, last_cut = swaps[-1].to_query, cut_of(swaps[-1])
         wait_until(lambda: committed_watermark(client, final) >= last_cut + 40_000, 120, "windows after the last cut")
         load.stop()
-        truth = settle(closing, lambda: committed_watermark(client, final), closes_on_ms=10_000)
+        truth = settle(closing, final_graph(client, final), closes_on_ms=10_000)
         status = client.status()
 
     assert [s.to_query for s in swaps] == [v.query_id for v in VERSIONS[1:]]
