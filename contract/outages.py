@@ -35,14 +35,17 @@ class Outages:
         self._back_at: dict[str, float] = {}  # when each was last said to be reachable again
         self._unsaid: set[str] = set()  # down again right after it was back: not said (yet)
 
-    def down(self, dependency: str, error: str, retrying: str) -> None:
-        """`dependency` failed a call; `retrying` says what is retried, and for how long."""
+    def down(self, dependency: str, error: str, retrying: str, began: float | None = None) -> None:
+        """`dependency` failed a call; `retrying` says what is retried, and for how long. `began`:
+        when the failed call began (the clock's time), if it can wait long: a call that began before
+        the dependency was back failed in the outage that ended, however late its timeout came."""
         now = self._clock()
         with self._lock:
             first = dependency not in self._since
             if first:
                 self._since[dependency] = now
-                if now - self._back_at.get(dependency, -FLAP_S) < FLAP_S:
+                asked = now if began is None else min(began, now)
+                if asked - self._back_at.get(dependency, -FLAP_S) < FLAP_S:
                     self._unsaid.add(dependency)
             say = dependency not in self._unsaid and first
             if dependency in self._unsaid and now - self._since[dependency] >= FLAP_S:

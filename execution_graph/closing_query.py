@@ -316,6 +316,7 @@ class ClosingQuery:
                 self._wake.clear()
                 if self._stopping.is_set():
                     break
+                asked = time.monotonic()
                 try:
                     ends = self._ends.end()
                     if not start:
@@ -326,7 +327,8 @@ class ClosingQuery:
                     unanswered = unanswered or time.monotonic()
                     if not exc.retriable or time.monotonic() - unanswered > self._retry_deadline_s:
                         raise
-                    OUTAGES.down(KAFKA, f"{type(exc).__name__}: {exc}", "a closing graph's next batch")
+                    # A look waits up to OFFSETS_TIMEOUT_MS: one asked while Kafka was away may fail after it is back.
+                    OUTAGES.down(KAFKA, f"{type(exc).__name__}: {exc}", "a closing graph's next batch", began=asked)
                     continue
                 end = capped_end(start, ends, self._cap)
                 state = self._closer.state(next_id - 1)

@@ -112,6 +112,21 @@ def test_an_outage_that_ends_unevenly_is_still_said_once_each_way(stream: io.Str
     assert lines[2:] == [("warning", "Kafka unreachable; retrying"), ("info", "Kafka reachable again")]
 
 
+def test_a_call_asked_during_an_outage_that_times_out_after_it_ended_says_nothing_more(stream: io.StringIO) -> None:
+    configure_logging("json", "info", stream=stream)
+    now = [0.0]
+    outages = Outages(clock=lambda: now[0])
+    outages.down("Kafka", "NoBrokersAvailable", "the loop")
+    now[0] = 15.0
+    outages.up("Kafka")  # back at 15 s; a look asked at 12 s times out 15 s later, at 27 s
+    now[0] = 27.0
+    outages.down("Kafka", "KafkaTimeoutError", "a closing graph's next batch", began=12.0)
+    now[0] = 28.0
+    outages.up("Kafka")
+    lines = [(line["level"], line["event"]) for line in json_lines(stream)]
+    assert lines == [("warning", "Kafka unreachable; retrying"), ("info", "Kafka reachable again")]
+
+
 def test_configuring_again_replaces_the_handler(stream: io.StringIO) -> None:
     configure_logging("json", "info", stream=io.StringIO())
     configure_logging("console", "info", stream=stream)
