@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from hotswap.contract.journal import SwapRecord
-from hotswap.contract.models import GraphEngine
 from hotswap.contract.settings import Settings
 from hotswap.service_sink.audit import Result, read_topic_records
 from tests.conftest import wait_until
@@ -269,8 +268,7 @@ def settle(
     (its slide). Its committed watermark is how far it closed, a window end: it stops at the last
     one at or before the horizon until the quiet source goes idle, so that is what to wait for
     (every window ending at or before the horizon ends there too). A `watermark_of_final` that
-    knows its graph (harness.FinalGraph) gives the grid itself; a bare callable on settings of the
-    closing engine waits on CLOSING_GRID_MS."""
+    knows its graph (harness.FinalGraph) gives the grid itself."""
     events = source_events(settings, decode)
     source_ends: dict[int, int] = {}
     for e in events:
@@ -283,16 +281,9 @@ def settle(
     grid = closes_on_ms
     if grid is None and isinstance(watermark_of_final, KnowsItsGrid):
         grid = watermark_of_final.closes_on_ms()
-    elif grid is None and settings.graph_engine is GraphEngine.CLOSING:
-        grid = CLOSING_GRID_MS
     reached = closed_until if grid is None else closed_until - closed_until % grid
     wait_until(lambda: watermark_of_final() >= reached, timeout_s, f"every window through {closed_until} to close")
     return Truth(settings, events, late, dead, ServiceBatches(settings), closed_until)
-
-
-# Most of the tests' final queries have 10 s windows. On a coarser grid the final graph reaches the
-# horizon once the quiet source goes idle (the settings' idle timeout): slower, not wrong.
-CLOSING_GRID_MS = 10_000
 
 
 def check_late(settings: Settings, events: list[SourceEvent], late: set[EventId], dead: set[EventId]) -> None:
