@@ -183,9 +183,12 @@ class CheckpointDir:
         the session's; without them, the session's shared client."""
         jvm = spark.sparkContext._jvm
         assert jvm is not None
-        self._jvm = jvm
         self._where = root
-        self._root = jvm.org.apache.hadoop.fs.Path(root)
+        # Looked up once: py4j resolves each segment of `jvm.a.b.C` with a round trip of its own,
+        # and a closing graph's batch touches a handful of files.
+        self._path_class = jvm.org.apache.hadoop.fs.Path
+        self._io = jvm.org.apache.commons.io.IOUtils
+        self._root = self._path_class(root)
         conf = spark.sparkContext._jsc.hadoopConfiguration()
         self._own_client = bool(overrides)
         if overrides:
@@ -207,7 +210,7 @@ class CheckpointDir:
         return self._where
 
     def path(self, name: str) -> Any:
-        return self._jvm.org.apache.hadoop.fs.Path(self._root, name)
+        return self._path_class(self._root, name)
 
     def exists(self, name: str) -> bool:
         return bool(self._fs.exists(self.path(name)))
@@ -219,7 +222,7 @@ class CheckpointDir:
             return None
         stream = self._fs.open(path)
         try:
-            return str(self._jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+            return str(self._io.toString(stream, "UTF-8"))
         finally:
             stream.close()
 

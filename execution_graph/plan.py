@@ -52,6 +52,7 @@ class Plan:
         self._jvm = jvm
         self._root = root
         self._classes: dict[str, JavaObject] = {}
+        self._members: dict[str, JavaObject] = {}
 
     # -- the window ------------------------------------------------------------------------------
     def has_aggregate(self) -> bool:
@@ -112,14 +113,15 @@ class Plan:
 
     def _at_instant(self, expression: JavaObject, micros: int) -> JavaObject:
         """`expression` with the event time (as µs, the form window arithmetic works on) replaced
-        by a constant."""
-        long_type = self._jvm.org.apache.spark.sql.types.DataTypes.LongType
+        by a constant. A subtree with no conversion in it is kept as it is (each py4j call is a
+        round trip, and a validation under load waits on each)."""
+        long_type = self._jvm_member("org.apache.spark.sql.types.DataTypes").LongType
         if self._is(expression, _TIMESTAMP_CONVERSION) and expression.toType().equals(long_type):
-            return self._jvm.org.apache.spark.sql.catalyst.expressions.Literal(micros, long_type)
+            return self._jvm_member(f"{_CATALYST}.expressions.Literal")(micros, long_type)
         children = _seq(expression.children())
-        if not children:
-            return expression
         fixed = [self._at_instant(child, micros) for child in children]
+        if all(new is old for new, old in zip(fixed, children, strict=True)):
+            return expression
         return expression.withNewChildren(self._scala_seq(fixed))
 
     # -- lineage ---------------------------------------------------------------------------------
@@ -195,15 +197,25 @@ class Plan:
 
     def _class(self, name: str) -> JavaObject:
         if name not in self._classes:
-            loader = self._jvm.java.lang.Thread.currentThread().getContextClassLoader()
-            self._classes[name] = self._jvm.java.lang.Class.forName(name, False, loader)
+            loader = self._jvm_member("java.lang.Thread").currentThread().getContextClassLoader()
+            self._classes[name] = self._jvm_member("java.lang.Class").forName(name, False, loader)
         return self._classes[name]
 
     def _is(self, obj: JavaObject, class_name: str) -> bool:
         return bool(self._class(class_name).isInstance(obj))
 
     def _scala_seq(self, items: list[JavaObject]) -> JavaObject:
-        return self._jvm.scala.jdk.javaapi.CollectionConverters.asScala(items).toSeq()
+        return self._jvm_member("scala.jdk.javaapi.CollectionConverters").asScala(items).toSeq()
+
+    def _jvm_member(self, dotted: str) -> JavaObject:
+        """A JVM class (or object) by its full name, looked up once: py4j resolves each segment of
+        `jvm.a.b.C` with a round trip of its own."""
+        if dotted not in self._members:
+            found = self._jvm
+            for part in dotted.split("."):
+                found = getattr(found, part)
+            self._members[dotted] = found
+        return self._members[dotted]
 
 
 def _seq(scala_seq: JavaObject) -> list[JavaObject]:
