@@ -187,5 +187,5 @@ def test_a_deploy_that_takes_10s_leaves_the_loop_its_cadence(
     assert deploy_s >= 10
     # A loop blocked by the deploy would leave gaps of 10 s; on its 0.25 s tick the watermark moves every second.
     assert watermark_gap < 4, watermark_gap
-    assert close_lag < 5, close_lag
+    assert close_lag < 6, close_lag
     assert len(moves) >= 5
