@@ -115,9 +115,10 @@ class Plan:
         """`expression` with the event time (as µs, the form window arithmetic works on) replaced
         by a constant. A subtree with no conversion in it is kept as it is (each py4j call is a
         round trip, and a validation under load waits on each)."""
-        long_type = self._jvm_member("org.apache.spark.sql.types.DataTypes").LongType
-        if self._is(expression, _TIMESTAMP_CONVERSION) and expression.toType().equals(long_type):
-            return self._jvm_member(f"{_CATALYST}.expressions.Literal")(micros, long_type)
+        if self._is(expression, _TIMESTAMP_CONVERSION):
+            long_type = self._jvm_member("org.apache.spark.sql.types.DataTypes.LongType")
+            if expression.toType().equals(long_type):
+                return self._jvm_member(f"{_CATALYST}.expressions.Literal")(micros, long_type)
         children = _seq(expression.children())
         fixed = [self._at_instant(child, micros) for child in children]
         if all(new is old for new, old in zip(fixed, children, strict=True)):
@@ -208,7 +209,7 @@ class Plan:
         return self._jvm_member("scala.jdk.javaapi.CollectionConverters").asScala(items).toSeq()
 
     def _jvm_member(self, dotted: str) -> JavaObject:
-        """A JVM class (or object) by its full name, looked up once: py4j resolves each segment of
+        """A JVM class, object or static field by its full name, looked up once: py4j resolves each segment of
         `jvm.a.b.C` with a round trip of its own."""
         if dotted not in self._members:
             found = self._jvm
