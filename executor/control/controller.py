@@ -260,6 +260,7 @@ class Executor:
         left = {s.from_query for s in swaps if s.state in (SwapPhase.RETIRING, SwapPhase.RETIRED)}
         # A stranded swap's query failed for good: only a rollback or a fix forward takes it over.
         left |= {s.to_query for s in swaps if s.state.is_stranded}
+        resumed: list[GraphRecord] = []
         for record in records.values():
             if record.query_id not in needed:
                 # Neither current nor named by an open swap: a swap that ended before its cut left it (an
@@ -275,7 +276,8 @@ class Executor:
                 continue
             # A failed graph still owns its windows: it is tried again (a starting one is its swap's to start).
             if record.state in (GraphState.RUNNING, GraphState.FAILED) and record.query_id not in left:
-                self.graphs.resume(record)
+                resumed.append(record)
+        self.graphs.resume(resumed)
 
     def _deploy_initial(self, initial: QuerySource, begun: GraphRecord | None) -> None:
         """The namespace's first query (or the one an earlier executor began to deploy), admitted as

@@ -7,9 +7,11 @@ begun.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 import redis
 import structlog
@@ -229,17 +231,33 @@ class Graphs:
         fenced_write(self._redis, self._fence, queue)
         return running
 
-    def resume(self, record: GraphRecord) -> None:
-        """Start again, from its checkpoint, a graph that ran when the executor stopped (its readiness
-        is not waited for: a query that dies is restarted by `supervise`)."""
-        log.info("resuming execution graph", query_id=record.query_id, state=record.state)
-        if record.state is GraphState.FAILED:
-            # An executor restart is the retry its failure asked for: it serves again (and is marked
-            # failed again if it fails for good again), so swaps no longer wait on it.
-            record = record.moved(GraphState.RUNNING)
-            self.save(record)
-        self._ensure_topics(record)
-        self.runner.start(record, self._writer(record))
+    def resume(self, records: list[GraphRecord]) -> None:
+        """Start again, from their checkpoints, the graphs that ran when the executor stopped (their
+        readiness is not waited for: a query that dies is restarted by `supervise`).
+
+        They start side by side: each start reads its checkpoint and plans the user's query, 2.5 to
+        3.6 s for a closing graph in a freshly started executor, and the executor serves once all have
+        started. What a start raises is raised here once every start has ended, as before.
+        """
+        started: list[tuple[GraphRecord, ResultWriter]] = []
+        for record in records:
+            log.info("resuming execution graph", query_id=record.query_id, state=record.state)
+            if record.state is GraphState.FAILED:
+                # An executor restart is the retry its failure asked for: it serves again (and is marked
+                # failed again if it fails for good again), so swaps no longer wait on it.
+                record = record.moved(GraphState.RUNNING)
+                self.save(record)
+            self._ensure_topics(record)
+            started.append((record, self._writer(record)))
+        with ThreadPoolExecutor(max(len(started), 1), thread_name_prefix="hotswap-resume") as pool:
+            starts = [
+                pool.submit(contextvars.copy_context().run, self.runner.start, record, writer)
+                for record, writer in started
+            ]
+        for start in starts:  # every start has ended: the pool waited for them
+            failure = start.exception()
+            if failure is not None:
+                raise failure
 
     def supervise(self) -> list[tuple[GraphRecord, str]]:
         """Restart dead graph queries from their checkpoints, with doubling back-off.

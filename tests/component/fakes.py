@@ -122,9 +122,17 @@ class FakeRunner:
         self.stop_hangs: dict[str, threading.Event] = {}  # query id -> its stop returns once this is set
         self.removed_checkpoints: list[str] = []
         self.failing: dict[str, list[SkippedRows]] = {}  # query id -> the rows of the batch it fails on
+        # Each start (a resume's) waits here for the others: starts made one after another never pass it.
+        self.start_together: threading.Barrier | None = None
+        self.resume_fails: dict[str, str] = {}  # query id -> why its start (a resume's) fails
 
     def start(self, record: GraphRecord, writer: object) -> None:
         self.started.append(record.query_id)
+        if self.start_together is not None:
+            self.start_together.wait()  # raises BrokenBarrierError once its timeout passes
+        reason = self.resume_fails.get(record.query_id)
+        if reason is not None:
+            raise GraphStartFailed(f"execution graph {record.query_id} failed to start: {reason}")
         self.queries[record.query_id] = None
 
     def begin(self, record: GraphRecord, writer: object) -> None:

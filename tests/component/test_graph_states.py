@@ -5,6 +5,7 @@ keeps its windows."""
 
 from __future__ import annotations
 
+import threading
 from types import SimpleNamespace
 from typing import cast
 
@@ -14,6 +15,7 @@ from hotswap.contract.journal import SwapPhase
 from hotswap.contract.models import GraphState
 from hotswap.contract.ownership import read_owned_windows
 from hotswap.contract.settings import Settings
+from hotswap.execution_graph.errors import GraphStartFailed
 from hotswap.executor.control.controller import Executor
 from hotswap.executor.control.retention import Retention
 from tests.component.fakes import World
@@ -97,6 +99,28 @@ def test_a_restarted_executor_resumes_what_serves_and_discards_what_never_served
     assert world.graph_state("a") is GraphState.RUNNING  # the restart was its retry: swaps no longer wait on it
     assert world.graph_state("b") is GraphState.DISCARDED  # not started again
     assert world.graph_state("c") is GraphState.DISCARDED  # never served: discarded now
+
+
+def test_a_restarted_executor_starts_its_graphs_side_by_side_and_raises_a_start_that_failed(world: World) -> None:
+    """Each start reads a checkpoint and plans a user query (seconds in a cold executor): a restart
+    in the middle of a swap serves again once the slower of its two graphs runs, not after both."""
+    swap_id = world.submit("b", 30_000)
+    world.deploy(swap_id)
+    runner = world.graphs.fake_runner
+    runner.started.clear()
+    runner.start_together = threading.Barrier(2, timeout=10)
+
+    resume(world)
+
+    assert sorted(runner.started) == ["a", "b"]
+    assert world.graph_state("a") is world.graph_state("b") is GraphState.RUNNING
+
+    runner.start_together = threading.Barrier(2, timeout=10)
+    runner.resume_fails["b"] = "checkpoint belongs to another Spark query"
+    del runner.queries["a"], runner.queries["b"]
+    with pytest.raises(GraphStartFailed, match=r"^execution graph b failed to start: checkpoint belongs"):
+        resume(world)
+    assert "a" in runner.queries  # the other start went on to the end
 
 
 def test_retention_forgets_a_discarded_graph_with_its_swap(world: World) -> None:
