@@ -18,6 +18,9 @@ class StreamingQueryLike(Protocol):
     @property
     def status(self) -> dict[str, Any]: ...
 
+    @property
+    def lastProgress(self) -> Any: ...
+
     def stop(self) -> None: ...
 
 
@@ -29,24 +32,35 @@ class StopTimes:
     stop_s: float
 
 
+_NOT_SEEN = object()
+
+
 def stop_between_batches(query: StreamingQueryLike, timeout_s: float = 10.0) -> StopTimes:
-    """Stop a query, preferably while no batch runs.
+    """Stop a query, preferably while no batch runs, and no later than the end of the batch in
+    flight when asked: with a backlog the next batch starts at once, and a moment without one may
+    never come. Then stop() cancels a batch that has just begun.
 
     stop() cancels a running batch; Spark replays it on restart, so waiting is about noise and
     wasted work, not correctness.
     """
     started = time.monotonic()
     deadline = started + timeout_s
+    finished_before: object = _NOT_SEEN  # the last batch that had ended when the wait began
     while time.monotonic() < deadline and query.isActive and query.status.get("isTriggerActive"):
+        last = _last_batch_id(query)
+        if finished_before is _NOT_SEEN:
+            finished_before = last
+        elif last != finished_before:
+            break  # the batch in flight ended
         time.sleep(0.05)
     waited = time.monotonic()
     query.stop()
     return StopTimes(waited_s=round(waited - started, 3), stop_s=round(time.monotonic() - waited, 3))
 
 
-class WatchedQuery(StreamingQueryLike, Protocol):
-    @property
-    def lastProgress(self) -> Any: ...
+def _last_batch_id(query: StreamingQueryLike) -> int | None:
+    progress = query.lastProgress
+    return None if not progress else int(progress["batchId"])
 
 
 LOOK_EVERY_S = 1.0  # how often the watch reads a query's status (two py4j calls)
@@ -64,7 +78,7 @@ class BatchWatch:
     reported: bool = False  # this batch's stall was reported already
     looked: float = float("-inf")
 
-    def look(self, query: WatchedQuery, now: float) -> float | None:
+    def look(self, query: StreamingQueryLike, now: float) -> float | None:
         """The seconds the query's batch in flight has run, the first time they pass the limit for
         that batch; None otherwise."""
         if self.limit_s is None or now - self.looked < LOOK_EVERY_S:

@@ -4,11 +4,13 @@ from hotswap.contract.lifecycle import HEALTHY_RESET_S, RestartBudget, stop_betw
 
 
 class BusyQuery:
-    """A query always in a batch, as a busy graph looks to a poller."""
+    """A query always in a batch, as a busy graph looks to a poller; with `batch_ends_after`, the
+    batch in flight ends at that status read and the next one begins at once (a backlog)."""
 
-    def __init__(self) -> None:
+    def __init__(self, batch_ends_after: int | None = None) -> None:
         self.status_reads = 0
         self.stopped = False
+        self.batch_ends_after = batch_ends_after
 
     @property
     def isActive(self) -> bool:
@@ -18,6 +20,11 @@ class BusyQuery:
     def status(self) -> dict[str, Any]:
         self.status_reads += 1
         return {"isTriggerActive": True}
+
+    @property
+    def lastProgress(self) -> dict[str, Any] | None:
+        ended = self.batch_ends_after is not None and self.status_reads >= self.batch_ends_after
+        return {"batchId": 7 if ended else 6}
 
     def stop(self) -> None:
         self.stopped = True
@@ -59,3 +66,12 @@ def test_a_query_whose_batch_never_ends_is_stopped_when_the_wait_runs_out() -> N
     stop_between_batches(query, timeout_s=0.2)
     assert query.stopped
     assert query.status_reads > 1  # it did wait, polling, before stopping anyway
+
+
+def test_a_query_with_a_backlog_is_stopped_once_its_batch_in_flight_ends() -> None:
+    """Batches follow each other without a pause: the stop comes when the one in flight ends, not when
+    the wait runs out (the next batch has just begun, and stop() cancels it)."""
+    query = BusyQuery(batch_ends_after=4)
+    stop_between_batches(query, timeout_s=30.0)
+    assert query.stopped
+    assert query.status_reads == 4  # the read at which the batch ended: no more waiting after it
