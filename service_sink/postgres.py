@@ -129,9 +129,9 @@ class PostgresTable:
         except psycopg.Error as exc:
             self._drop_connection()
             raise SinkWriteRefused(f"{self._sink} refused the batch's rows: {_one_line(exc)}") from exc
-        # Committed, not yet in Spark's commit log: the batch is replayed.
-        crash_point("sink:after-commit")
-        crash_point(f"sink:after-commit:{query_id}")
+        if rows:  # committed, not yet in Spark's commit log: the batch is replayed, its rows upserted again
+            crash_point("sink:after-commit")
+            crash_point(f"sink:after-commit:{query_id}")
         log.debug("results written", sink=str(self._sink), query_id=query_id, rows=len(rows))
 
     def close(self) -> None:

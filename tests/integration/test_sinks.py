@@ -102,7 +102,8 @@ def swap_with_a_kill_after_a_commit(
     settings: Settings, client: Client, control: redis.Redis, tmp_path: Path, seed: int
 ) -> tuple[SwapRecord, Truth]:
     """count_per_key -> max_per_key_30s under load, the executor SIGKILLed right after the new version's
-    first commit to the table and before Spark records the batch (so it is replayed), then restarted."""
+    first commit of rows to the table and before Spark records the batch (so it is replayed, and writes
+    those rows again), then restarted."""
     keys = Keys(settings.namespace)
     spec = GeneratorSpec(rate=300, keys=3, seed=seed, disorder_ms=500, time_scale=10, start_ts=T0)
     with continuous_load(settings, spec) as load:
