@@ -31,7 +31,9 @@ def test_seeded_events_flow_through_and_every_closed_window_matches_a_recomputat
     with executor_running(settings, spark, COUNT_QUERY):
         report = produce(settings.kafka, spec, settings.source_topic)
         assert report.sent == 4000
-        last_closed = T0 + 35_000  # windows up to here close once the watermark (max ts - 2 s) passes them
+        # The watermark (max ts - 2 s, about T0 + 38 s) closes the windows that end by T0 + 30 s; the
+        # last one, [T0 + 30 s, T0 + 40 s), closes only once the source has been idle for a minute.
+        last_closed = T0 + 30_000
         wait_until(lambda: committed_watermark(client, "count_per_key") >= last_closed, 120, "windows to close")
         truth = settle(settings, final_graph(client, "count_per_key"))
         status = client.status()
@@ -78,7 +80,8 @@ def test_restart_on_the_same_namespace_resumes_without_duplicates(
     # A restart with the same namespace: the running query resumes from its checkpoints.
     with executor_running(settings, spark, COUNT_QUERY):
         produce(settings.kafka, second, settings.source_topic)
-        wait_until(lambda: committed_watermark(client, "count_per_key") >= T0 + 25_000, 120, "windows after restart")
+        # [T0 + 10 s, T0 + 20 s) holds rows of both runs: closed, it shows the resumed graph counted each once.
+        wait_until(lambda: committed_watermark(client, "count_per_key") >= T0 + 20_000, 120, "windows after restart")
         truth = settle(settings, final_graph(client, "count_per_key"))
     assert [s.to_query for s in client.status().swaps] == []
     version = Version("count_per_key", 10_000, count_and_total)

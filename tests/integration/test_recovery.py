@@ -81,6 +81,8 @@ def test_a_flushed_redis_stops_the_executor_with_one_line_and_reset_starts_over(
         # Nothing was written from the reset state: not a plan, not a phase, not a report.
         assert namespace_keys(control, settings) == []
 
+        # The load stops here: the reset run below starts over from a backlog of fixed size.
+        load.stop()
         # A plain restart is refused: the checkpoints and topics are there, the journal is not.
         refused = ExecutorProcess(settings, COUNT_10S, tmp_path)
         assert refused.wait_exit(120) == 1
@@ -92,7 +94,6 @@ def test_a_flushed_redis_stops_the_executor_with_one_line_and_reset_starts_over(
         try:
             again.wait_serving(control, keys)
             wait_until(lambda: committed_watermark(client, "count_per_key") > T0 + 40_000, 180, "windows again")
-            load.stop()
             truth = settle(settings, final_graph(client, "count_per_key"))
         finally:
             again.stop()
