@@ -32,11 +32,13 @@ log = structlog.get_logger(__name__)
 RESET_TIMEOUT_S = 60.0
 
 
-def leftovers(control: ControlSettings, topics: Topics, checkpoints: RootFiles) -> list[str]:
-    """What of the namespace exists outside Redis, in words."""
+def leftovers(control: ControlSettings, topics: Topics | None, checkpoints: RootFiles) -> list[str]:
+    """What of the namespace exists outside Redis, in words (its topics only if `topics` is given)."""
     found = []
     if checkpoints.holds_anything():
         found.append(f"checkpoints in {checkpoints.where}")
+    if topics is None:
+        return found
     owned = topics.names(control.names.owned_topic_prefix)
     graphs = [t for t in owned if t.startswith(control.names.graph_topic(""))]
     if graphs:
@@ -99,10 +101,22 @@ def claim(
 ) -> None:
     """Make sure the namespace has its record (a new namespace's records how it reads `source`), or
     refuse to start if its control state was lost."""
+    if refuse_lost_state(client, control, topics, checkpoints):
+        return
+    record = NamespaceRecord(created_by=holder, source=source)
+    client.set(Keys(control.namespace).namespace_record, record.model_dump_json(), nx=True)
+
+
+def refuse_lost_state(
+    client: redis.Redis, control: ControlSettings, topics: Topics | None, checkpoints: RootFiles
+) -> bool:
+    """Raise ControlStateLost if the namespace lost its control state; returns whether it has its
+    record (False: a new namespace). Reads only: `hotswap run` asks it before Spark starts, without
+    `topics` (Kafka is not asked then), and the executor again, with them, before it claims."""
     keys = Keys(control.namespace)
     if client.exists(keys.namespace_record):
         JournalSeen(checkpoints).check(client, keys)
-        return
+        return True
     if has_control_state(client, keys):
         raise ControlStateLost(
             f"Redis holds control state for namespace {control.namespace!r} but not its record (a key was deleted, "
@@ -116,8 +130,7 @@ def claim(
             "it (flushed, or an empty Redis); nothing was started. To start the namespace over from the source "
             "topic's first offset, run `hotswap run --reset-namespace --query FILE`"
         )
-    record = NamespaceRecord(created_by=holder, source=source)
-    client.set(keys.namespace_record, record.model_dump_json(), nx=True)
+    return False
 
 
 def reset(

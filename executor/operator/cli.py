@@ -223,6 +223,8 @@ def run(
             f"{_table_kept(settings)}",
             abort=True,
         )
+    if not reset_namespace:
+        _refuse_lost_state(settings, client)  # in a second, not after Spark's start
     # Before the reset: checkpoints on an object store are removed through Spark's Hadoop client.
     spark = build_spark_session(settings.spark)
     monitor = None
@@ -262,6 +264,19 @@ def _table_kept(settings: Settings) -> str:
         f" The rows already in {table} stay: empty it first, or every window computed again is written over "
         "its row (postgres) or appended beside it (delta)."
     )
+
+
+def _refuse_lost_state(settings: Settings, client: Redis) -> None:
+    """Refuse a namespace whose Redis lost its control state while its checkpoints remain, before
+    Spark starts. The executor asks again under its lease, of its topics too, and of checkpoints on
+    an object store (read through Spark)."""
+    from hotswap.contract.names import is_store_uri
+    from hotswap.execution_graph.checkpoint import root_files
+    from hotswap.executor.control.namespace import refuse_lost_state
+
+    root = settings.names.checkpoint_root
+    if not is_store_uri(root):
+        refuse_lost_state(client, settings.control, None, root_files(root, None))
 
 
 def _reset_namespace(settings: Settings, client: Redis, spark: SparkSession) -> None:

@@ -14,7 +14,7 @@ from hotswap.contract.models import NamespaceRecord
 from hotswap.contract.names import Keys
 from hotswap.contract.settings import Settings
 from hotswap.execution_graph.checkpoint import LocalDir
-from hotswap.executor.control.namespace import JournalSeen, claim
+from hotswap.executor.control.namespace import JournalSeen, claim, refuse_lost_state
 from hotswap.executor.control.topics import Topics
 from tests.component.fakes import FakeTopics
 from tests.conftest import DEMO_SOURCE
@@ -58,3 +58,22 @@ def test_a_namespace_without_the_file_is_taken(tmp_path: Path) -> None:
     settings, client, _ = namespace(tmp_path, journal_version=3)
     claim(client, settings.control, cast(Topics, FakeTopics()), files(settings), "me", DEMO_SOURCE)
     assert JournalSeen(files(settings)).read() is None
+
+
+def test_the_check_before_spark_starts_refuses_a_flushed_namespace_and_writes_nothing(tmp_path: Path) -> None:
+    """`hotswap run` asks before it starts Spark, of Redis and the checkpoints only: a namespace whose
+    checkpoints outlived its Redis keys is refused in a second, and the check writes no key."""
+    settings = Settings(namespace="flushed", home=tmp_path)
+    client = fakeredis.FakeRedis()
+    JournalSeen(files(settings)).note(4)  # the namespace ran: its checkpoint root holds a file
+    with pytest.raises(ControlStateLost, match=r"checkpoints in .* Redis holds no control state .* --reset-namespace"):
+        refuse_lost_state(client, settings.control, None, files(settings))
+    assert client.keys("*") == []
+    # Graph topics left without checkpoints are the executor's to find: it asks Kafka, under its lease.
+    fresh = Settings(namespace="fresh", home=tmp_path / "fresh")
+    assert refuse_lost_state(client, fresh.control, None, files(fresh)) is False
+    topics = FakeTopics()
+    topics.existing.add(fresh.names.graph_topic("count_per_key"))
+    with pytest.raises(ControlStateLost, match=r"1 graph topic\(s\) such as"):
+        refuse_lost_state(client, fresh.control, cast(Topics, topics), files(fresh))
+    assert client.keys("*") == []

@@ -87,7 +87,9 @@ def test_a_flushed_redis_stops_the_executor_with_one_line_and_reset_starts_over(
         refused = ExecutorProcess(settings, COUNT_10S, tmp_path)
         assert refused.wait_exit(120) == 1
         refused.stop()
-        assert "--reset-namespace" in refused.log_path.read_text()
+        refusal = refused.log_path.read_text()
+        assert "--reset-namespace" in refusal
+        assert "spark.connector" not in refusal  # refused before Spark starts, not seconds after
 
         # The documented recovery: start the namespace over from the source's first offset.
         again = ExecutorProcess(settings, COUNT_10S, tmp_path, args=("--reset-namespace", "--yes"))
