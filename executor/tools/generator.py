@@ -42,6 +42,7 @@ class Encoding(StrEnum):
     AVRO = "avro"
 
 
+KEY_PREFIX = "k"  # the events profile's keys: k0, k1, ...
 COUNTRIES = ("FR", "DE", "US", "IN", "JP", "BR")
 STATUSES = ("created", "paid", "shipped", "cancelled")
 CHANNELS = ("web", "app", "store")
@@ -147,6 +148,9 @@ class Generated:
     value: bytes
     ts: int
     fields: dict[str, Any]
+    # The events profile's key number: key k<i> goes to the i-th partition (mod the topic's count),
+    # where Kafka's hash put k0, k1 and k2 all in one partition of two. None: Kafka's partitioner.
+    key_number: int | None = None
 
 
 def event_times(spec: GeneratorSpec, start_ts: int, rng: random.Random) -> Iterator[int]:
@@ -166,7 +170,7 @@ def events(spec: GeneratorSpec, start_ts: int) -> Iterator[Event]:
     """The `events` profile's events."""
     rng = random.Random(spec.seed)
     for ts in event_times(spec, start_ts, rng):
-        yield Event(key=f"k{rng.randrange(spec.keys)}", value=round(rng.uniform(0, 100), 3), ts=ts)
+        yield Event(key=f"{KEY_PREFIX}{rng.randrange(spec.keys)}", value=round(rng.uniform(0, 100), 3), ts=ts)
 
 
 def orders(spec: GeneratorSpec, start_ts: int) -> Iterator[dict[str, Any]]:
@@ -207,7 +211,18 @@ def generate(spec: GeneratorSpec, start_ts: int) -> Iterator[Generated]:
     for event in events(spec, start_ts):
         fields = {"key": event.key, "value": event.value, "ts": event.ts}
         value = event.to_json() if encode is None else encode(fields)
-        yield Generated(key=event.key.encode(), value=value, ts=event.ts, fields=fields)
+        number = int(event.key.removeprefix(KEY_PREFIX))
+        yield Generated(key=event.key.encode(), value=value, ts=event.ts, fields=fields, key_number=number)
+
+
+def record_partition(producer: KafkaProducer, topic: str, record: Generated) -> int | None:
+    """Where a record goes: an events-profile key's own partition, so that a few keys still fill
+    every partition; None (Kafka's partitioner) for the others. The topic's partitions come from the
+    producer's metadata, which a partition added to the topic joins as it does for Kafka's."""
+    if record.key_number is None:
+        return None
+    partitions = sorted(producer.partitions_for(topic) or ())
+    return partitions[record.key_number % len(partitions)] if partitions else None
 
 
 def _avro_encoder(spec: GeneratorSpec) -> Callable[[dict[str, Any]], bytes]:
@@ -255,7 +270,8 @@ def produce(
                 break
             first_ts = record.ts if first_ts is None else first_ts
             last_ts = record.ts
-            producer.send(topic, key=record.key, value=record.value)
+            partition = record_partition(producer, topic, record)
+            producer.send(topic, key=record.key, value=record.value, partition=partition)
             sent += 1
             due = began + sent / spec.rate
             now = time.monotonic()

@@ -2,9 +2,11 @@ import io
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import cast
 
 import fastavro
 import pytest
+from kafka import KafkaProducer
 
 from hotswap.contract.errors import ConfigError
 from hotswap.execution_graph.errors import QueryRejected
@@ -17,6 +19,7 @@ from hotswap.executor.tools.generator import (
     Profile,
     events,
     generate,
+    record_partition,
 )
 from hotswap.service_sink.audit import Result, audit
 from hotswap.service_sink.progress import parse_spark_time
@@ -130,3 +133,27 @@ def test_avro_orders_are_confluent_framed_records_of_the_example_schema() -> Non
         assert isinstance(record, dict)
         assert record["order_id"] == g.key.decode()
         assert (record["created_at"] - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1) == g.ts
+
+
+class _Metadata:
+    """The one thing `record_partition` asks of a producer: the topic's partitions, as Kafka's metadata has them."""
+
+    def __init__(self, partitions: set[int]) -> None:
+        self.partitions = partitions
+
+    def partitions_for(self, topic: str) -> set[int]:
+        return self.partitions
+
+
+def test_a_few_keys_fill_every_partition_and_each_key_keeps_to_one() -> None:
+    """Kafka's hash put k0, k1 and k2 all in partition 1 of 2: a test with three keys left partition 0 empty."""
+    spec = GeneratorSpec(rate=100, count=300, keys=3, seed=5)
+    for count in (1, 2, 4):
+        producer = cast(KafkaProducer, _Metadata(set(range(count))))
+        where: dict[bytes, set[int | None]] = {}
+        for g in generate(spec, 1_700_000_000_000):
+            where.setdefault(g.key, set()).add(record_partition(producer, "events", g))
+        assert all(len(partitions) == 1 for partitions in where.values())  # each key in order, in one partition
+        assert set().union(*where.values()) == set(range(min(count, 3)))
+    orders = GeneratorSpec(rate=100, count=10, profile=Profile.ORDERS)
+    assert {record_partition(cast(KafkaProducer, _Metadata({0, 1})), "o", g) for g in generate(orders, 0)} == {None}
