@@ -68,11 +68,14 @@ def root_files(location: str, spark: SparkSession | None) -> RootFiles:
     return StoreRoot(CheckpointDir(spark, location))
 
 
-def check_checkpoints(location: str, spark: SparkSession) -> None:
+def check_checkpoints(location: str, spark: SparkSession | None) -> None:
     """Say in one line, before anything starts, that the checkpoint root cannot be written: a local
     directory without the permission, or a store that refuses (its endpoint down, keys it does not
-    take, a bucket that does not exist: that one lists as empty, so a file is written and removed)."""
+    take, a bucket that does not exist: that one lists as empty, so a file is written and removed).
+    `spark` is needed only for a store."""
     if is_store_uri(location):
+        if spark is None:
+            raise ValueError(f"{location} is on an object store: its files are reached through a Spark session")
         # A client that gives up after a few retries: with Hadoop's defaults, an endpoint that
         # refuses connections was said only after 112 s.
         try:
@@ -125,7 +128,9 @@ class LocalDir:
         temporary.replace(path)
 
     def holds_anything(self) -> bool:
-        return self._root.is_dir() and any(path.name != PROBE_FILE for path in self._root.iterdir())
+        # The probe, and the probe's temporary file if a process died between its write and its rename.
+        probes = {PROBE_FILE, f".{PROBE_FILE}.tmp"}
+        return self._root.is_dir() and any(path.name not in probes for path in self._root.iterdir())
 
     def remove(self, name: str) -> None:
         (self._root / name).unlink(missing_ok=True)

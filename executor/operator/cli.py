@@ -271,11 +271,12 @@ def _refuse_lost_state(settings: Settings, client: Redis) -> None:
     Spark starts. The executor asks again under its lease, of its topics too, and of checkpoints on
     an object store (read through Spark)."""
     from hotswap.contract.names import is_store_uri
-    from hotswap.execution_graph.checkpoint import root_files
+    from hotswap.execution_graph.checkpoint import check_checkpoints, root_files
     from hotswap.executor.control.namespace import refuse_lost_state
 
     root = settings.names.checkpoint_root
     if not is_store_uri(root):
+        check_checkpoints(root, None)  # a root that cannot be read or written is said as such, first
         refuse_lost_state(client, settings.control, None, root_files(root, None))
 
 

@@ -399,10 +399,10 @@ def test_a_serving_query_that_fails_on_a_row_dead_letters_that_batch_and_goes_on
     once, from every row but those."""
     query = tmp_path / "poison_aware.sql"
     query.write_text(POISON_AWARE)
-    # The load's three keys all land on partition 1; the poison row goes alone to partition 0, so it
-    # moves no watermark of the load's. Partition 0 then holds the service watermark at the poison row
-    # until it is idle again: a short idle timeout keeps that (and a closing graph's close of the
-    # poison's window, which waits for it) to seconds.
+    # The load's one key lands on partition 0; the poison row goes alone to partition 1, so it moves
+    # no watermark of the load's. Partition 1 then holds the service watermark at the poison row until
+    # it is idle again: a short idle timeout keeps that (and a closing graph's close of the poison's
+    # window, which waits for it) to seconds.
     skipping = changed(
         settings,
         query_restarts=1,
@@ -411,7 +411,7 @@ def test_a_serving_query_that_fails_on_a_row_dead_letters_that_batch_and_goes_on
         graph_engine=engine,
         idle_timeout="5s",
     )
-    spec = GeneratorSpec(rate=300, keys=3, seed=79, disorder_ms=300, time_scale=10, start_ts=T0)
+    spec = GeneratorSpec(rate=300, keys=1, seed=79, disorder_ms=300, time_scale=10, start_ts=T0)
 
     def graph() -> GraphStatus:
         return client.status().graphs["poison_aware"]
@@ -422,7 +422,7 @@ def test_a_serving_query_that_fails_on_a_row_dead_letters_that_batch_and_goes_on
         poison_ts = int(client.status().service.watermark or T0) + 40_000
         producer = KafkaProducer(**settings.kafka_python_config(), acks="all")
         body = {"key": "poison", "value": 1, "ts": poison_ts}
-        producer.send(settings.source_topic, value=json.dumps(body).encode(), partition=0)
+        producer.send(settings.source_topic, value=json.dumps(body).encode(), partition=1)
         producer.flush(timeout=30)
         producer.close(timeout=10)
         wait_until(lambda: graph().skipped_batches == 1, 120, "the poison batch to be skipped")

@@ -7,12 +7,11 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import fakeredis
 import pytest
 import redis
-from pyspark.sql import SparkSession
 
 from hotswap.contract.errors import ControlStateLost, LeaseLost
 from hotswap.contract.fence import Batch, Fence, fenced_write, write
@@ -263,14 +262,16 @@ def test_a_local_checkpoint_root_that_cannot_be_written_stops_run_in_one_line(tm
     (tmp_path / "a-file").write_text("not a directory")
     root = str(tmp_path / "a-file" / "checkpoints" / "unit")
     with pytest.raises(CheckpointsUnreachable, match=r"^the checkpoint root .*/a-file/checkpoints/unit cannot be "):
-        check_checkpoints(root, cast(SparkSession, None))  # a local root needs no Spark
+        check_checkpoints(root, None)  # a local root needs no Spark
 
 
 def test_a_probe_a_crash_left_behind_is_no_leftover(tmp_path: Path) -> None:
     checkpoints = LocalDir(tmp_path / "unit")
-    check_checkpoints(checkpoints.where, cast(SparkSession, None))
+    check_checkpoints(checkpoints.where, None)
     assert not checkpoints.holds_anything()
     (tmp_path / "unit" / PROBE_FILE).write_text("hotswap\n")  # the process died between the write and the removal
+    assert not checkpoints.holds_anything()
+    (tmp_path / "unit" / f".{PROBE_FILE}.tmp").write_text("hot")  # or between the write and the rename
     assert not checkpoints.holds_anything()
     checkpoints.replace("journal-version", "3\n")
     assert checkpoints.holds_anything()
