@@ -52,6 +52,7 @@ from hotswap.contract.windows import GRAPH_WATERMARK_DELAY_MS, Windowing
 from hotswap.execution_graph.checkpoint import CheckpointDir
 from hotswap.execution_graph.errors import GraphStateLost
 from hotswap.execution_graph.events import ROUTE, parsed_events, routed_rows, without_skipped
+from hotswap.execution_graph.task_slots import leave_a_slot
 from hotswap.execution_graph.user_query import QueryFunction
 
 log = structlog.get_logger(__name__)
@@ -306,8 +307,11 @@ class WindowCloser:
         writer: BatchWriter,
         checkpoint: CheckpointDir,
         name: str | None = None,
+        *,
+        query_tasks: int = 2,
     ) -> None:
         self._kafka = kafka
+        self._query_tasks = query_tasks  # spark.sql.shuffle.partitions as configured (task_slots.py)
         self._name = name or record.query_id  # the graph's query name, for its stage timings
         self._record = record
         self._query = query
@@ -435,6 +439,8 @@ class WindowCloser:
             # No rows, or only windows a failed graph emitted before this one took over its topic.
             log.debug("windows closed with nothing to emit", query_id=record.query_id, through=closing.through)
             return None
+        # Looked up for each job: a cluster's executors come and go (task_slots.py).
+        leave_a_slot(spark, self._query_tasks)
         raw = read_range(spark, self._kafka.spark_kafka_options(), record.topic, closing.offsets)
         watch = HeaderWatch.for_closing(closing, self._windowing) if self._watching else None
         observation: Observation | None = None

@@ -37,6 +37,7 @@ from hotswap.execution_graph.closing_query import ClosingQuery, TopicEnds
 from hotswap.execution_graph.confinement import isolated_session
 from hotswap.execution_graph.errors import GraphStartFailed
 from hotswap.execution_graph.events import batch_events, events_stream, graph_batch_cap
+from hotswap.execution_graph.task_slots import SHUFFLE_PARTITIONS, leave_a_slot
 from hotswap.execution_graph.user_query import apply_query, prepare_query
 
 __all__ = ["GraphQuery", "GraphRunner", "claim_checkpoint", "events_stream"]
@@ -157,6 +158,7 @@ class GraphRunner:
         # The graph's own session: the user's text never runs on the executor's (confinement.py).
         session = isolated_session(self._spark, self._rules.static_tables)
         tables = tuple(self._rules.static_tables)
+        query_tasks = int(str(session.conf.get(SHUFFLE_PARTITIONS)))
         if record.engine is GraphEngine.CLOSING:
             # A closing batch is a few small jobs on a few thousand rows: adaptive execution's
             # re-planning at each shuffle costs more than it saves there (its shuffles then use
@@ -168,7 +170,7 @@ class GraphRunner:
             compute(batch_events(session, record.reads))
             files = CheckpointDir(self._spark, str(checkpoint))
             name = self._pipeline.names.graph_query(record.query_id)
-            closer = WindowCloser(self._kafka, record, compute, writer, files, name)
+            closer = WindowCloser(self._kafka, record, compute, writer, files, name, query_tasks=query_tasks)
             closing = ClosingQuery(
                 session,
                 name=name,
@@ -188,6 +190,7 @@ class GraphRunner:
             self._log_started(record)
             return closing
         else:
+            leave_a_slot(session, query_tasks)  # its state's partitions; a checkpoint keeps its own
             events = events_stream(
                 session, self._pipeline, self._kafka, record.topic, record.reads, record.reads_from, record.skipped
             )

@@ -289,12 +289,9 @@ def fails_to_start(tmp_path: Path) -> Path:
 
 def stalls_once(tmp_path: Path, sleep_s: float) -> Path:
     """A query whose first batch of live events stalls for `sleep_s` (each of its tasks, once), as a query
-    with a slow start would."""
-    return python_query(
-        tmp_path,
-        "slow_start",
-        on_live_row=f"if _count('stalled') == 0:\n    time.sleep({sleep_s})\n    _tally('stalled')",
-    )
+    with a slow start would. Its tasks count `stalling` as they begin to stall, `stalled` when done."""
+    stall = f"if _count('stalled') == 0:\n    _tally('stalling')\n    time.sleep({sleep_s})\n    _tally('stalled')"
+    return python_query(tmp_path, "slow_start", on_live_row=stall)
 
 
 def flaky(tmp_path: Path, failures: int) -> Path:

@@ -58,22 +58,24 @@ def test_three_consecutive_swaps_under_load_keep_every_invariant(
     assert_three_swaps_keep_every_invariant(on_engine, client, run)
 
 
-def test_a_new_query_slow_to_start_buffers_its_rows_in_its_topic(
+def test_a_new_query_slow_to_start_buffers_its_rows_while_the_old_graph_drains(
     settings: Settings, spark: SparkSession, client: Client, tmp_path: Path
 ) -> None:
     start = 1_800_000_000_000
     spec = GeneratorSpec(rate=300, keys=3, seed=8, disorder_ms=300, time_scale=10, start_ts=start)
-    query = stalls_once(tmp_path, sleep_s=20)
+    query = stalls_once(tmp_path, sleep_s=30)
     with executor_running(settings, spark, COUNT_10S), continuous_load(settings, spec) as load:
         wait_until(lambda: committed_watermark(client, "count_per_key") > start + 10_000, 120, "first windows")
         record = client.submit(query)
-        client.wait_for(record.id, lambda r: r.state.is_past_cut, 120, "cut")
+        wait_until(lambda: tally(tmp_path, "slow_start", "stalling") >= 1, 120, "the new query to stall")
         topic = settings.names.graph_topic("slow_start")
-        # While the new query stalls, its rows wait in its topic and it has answered nothing.
-        buffered = wait_until(lambda: len(read_topic(settings, topic)) >= 500, 60, "rows buffered in the new topic")
-        assert buffered
+        stalled_with = len(read_topic(settings, topic))
+        # While the new query's tasks stall, the service graph routes on (its rows wait in its topic) and
+        # the old graph drains: the swap completes, and the new query has answered nothing yet.
+        wait_until(lambda: len(read_topic(settings, topic)) >= stalled_with + 500, 60, "rows buffered in the new topic")
+        done = client.wait_until_done(record.id, 60)
+        assert tally(tmp_path, "slow_start", "stalled") == 0, "the stall ended before the test could look"
         assert not [r for r in read_results(settings.kafka, settings.sink_topic) if r.query_id == "slow_start"]
-        done = client.wait_until_done(record.id, 180)
         wait_until(
             lambda: committed_watermark(client, "slow_start") >= int(done.cut_window_end or 0) + 30_000,
             120,
