@@ -44,6 +44,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from hotswap.contract import stages
+from hotswap.contract.batch_constants import batch_long, batch_timestamp
 from hotswap.contract.faults import crash_point
 from hotswap.contract.models import GraphRecord
 from hotswap.contract.settings import KafkaSettings
@@ -259,10 +260,12 @@ class HeaderWatch:
                 f"AS marker_{partition}"
             )
             exprs.append(
-                f"count(CASE WHEN {mine} AND {data} AND _bucket > {self.buckets[-1]} THEN 1 END) AS ahead_{partition}"
+                f"count(CASE WHEN {mine} AND {data} AND _bucket > {batch_long(self.buckets[-1])} THEN 1 END) "
+                f"AS ahead_{partition}"
             )
             exprs += [
-                f"min(CASE WHEN {mine} AND {data} AND _bucket = {bucket} THEN offset END) AS first_{partition}_{i}"
+                f"min(CASE WHEN {mine} AND {data} AND _bucket = {batch_long(bucket)} THEN offset END) "
+                f"AS first_{partition}_{i}"
                 for i, bucket in enumerate(self.buckets)
             ]
         return exprs
@@ -453,9 +456,10 @@ class WindowCloser:
         since = closing.rows_since
         if record.reads_from is not None:
             since = record.reads_from if since is None else max(since, record.reads_from)
-        keep = ["kind = 'data'", f"{EVENT_TIME_COLUMN} < timestamp_millis({closing.through})"]
+        # Each number through batch_constants, so each close job reuses the code the first compiled.
+        keep = ["kind = 'data'", f"{EVENT_TIME_COLUMN} < {batch_timestamp(closing.through)}"]
         if since is not None:
-            keep.append(f"{EVENT_TIME_COLUMN} >= timestamp_millis({since})")
+            keep.append(f"{EVENT_TIME_COLUMN} >= {batch_timestamp(since)}")
         data = routed_rows(without_skipped(raw, record.skipped)).where(" AND ".join(keep))
         events = (
             parsed_events(spark, data, record.reads)
@@ -465,8 +469,8 @@ class WindowCloser:
         )
         try:
             output = self._query(events)
-            after = "" if closing.after is None else f"window_end > timestamp_millis({closing.after}) AND "
-            closed = output.where(f"{after}window_end <= timestamp_millis({closing.through})")
+            after = "" if closing.after is None else f"window_end > {batch_timestamp(closing.after)} AND "
+            closed = output.where(f"{after}window_end <= {batch_timestamp(closing.through)}")
             self._writer(closed, batch_id)
         except Exception:
             # Said before the batch fails: the rows a skipped poison batch dead-letters.

@@ -9,8 +9,7 @@ it. So, before a query's text is analysed, and again over its analysed plan:
   function that reads (`read_files`): `query_reads_outside`. The session also runs with
   `spark.sql.runSQLOnFiles=false` (executor/control/spark_session.py).
 - It calls no reflection (`java_method`, `reflect`, `try_reflect`) and no function by a qualified name (`db.f`):
-  `query_function_refused`. hotswap's own plans use `java_method` (service_graph/frames.py); those
-  are hotswap's, never checked here.
+  `query_function_refused`.
 - The analysed plan (of SQL and `.py` queries alike) reads only the leaves of `events` and of the
   static tables (`static_tables`), or rows it makes itself (VALUES, range): anything else,
   a catalog table or a file the query or its Python code read, is `query_reads_outside`.

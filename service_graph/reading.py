@@ -33,6 +33,9 @@ from hotswap.contract.windows import MAX_EVENT_TIME_MS
 
 CORRUPT = "_hotswap_corrupt"  # the corrupt-record column asked of from_json; never seen by a query
 QUOTED_CHARS = 60  # how much of a bad value a reason quotes
+# The record as text, for the reason of a record Spark flagged. Cast where a reason needs it, not
+# carried as a column: a column would copy every record's bytes once more between Spark's stages.
+RAW = "CAST(value AS STRING)"
 
 
 def sql_str(value: str) -> str:
@@ -75,9 +78,8 @@ class Reading:
         `ts` (event time, epoch ms; null when the record cannot be read), `reason` and `reason_code`
         (null when the record is fine)."""
         kept = ["partition", "offset", "key", "value", "timestamp"]
-        decoded = batch.selectExpr(*kept, f"{self._decode()} AS e", *self._extra_columns())
-        carried = [*kept, "e", *(["raw"] if self.spec.format is SourceFormat.JSON else [])]
-        timed = decoded.selectExpr(*carried, f"{self._event_time_ms()} AS ts")
+        decoded = batch.selectExpr(*kept, f"{self._decode()} AS e")
+        timed = decoded.selectExpr(*kept, "e", f"{self._event_time_ms()} AS ts")
         reasoned = timed.selectExpr(*kept, "ts", f"{self._reason()} AS why")
         return reasoned.selectExpr(
             *kept, "CASE WHEN why IS NULL THEN ts END AS ts", "why.reason AS reason", "why.code AS reason_code"
@@ -95,9 +97,6 @@ class Reading:
         option_sql = ", ".join(f"{sql_str(k)}, {sql_str(v)}" for k, v in options.items())
         # The schema as JSON, which from_json takes as well as DDL and which quotes any field name.
         return f"from_json(CAST(value AS STRING), {sql_str(fields.json())}, map({option_sql}))"
-
-    def _extra_columns(self) -> list[str]:
-        return ["CAST(value AS STRING) AS raw"] if self.spec.format is SourceFormat.JSON else []
 
     # -- the event time ------------------------------------------------------------------------
     def _event_time_raw(self) -> str:
@@ -184,8 +183,8 @@ class Reading:
         """For a record Spark flagged: not JSON, not an object, or the first field (event time first,
         then the deepest fields first) whose value contradicts its declared type."""
         cases = [
-            ("try_parse_json(raw) IS NULL", _why("'not valid JSON'", DeadLetterReason.NOT_JSON)),
-            ("NOT startswith(ltrim(raw), '{')", _why("'not a JSON object'", DeadLetterReason.NOT_JSON)),
+            (f"try_parse_json({RAW}) IS NULL", _why("'not valid JSON'", DeadLetterReason.NOT_JSON)),
+            (f"NOT startswith(ltrim({RAW}), '{{')", _why("'not a JSON object'", DeadLetterReason.NOT_JSON)),
         ]
         fields = _leaves_first(self.schema)
         time_path = self.spec.event_time_path
@@ -194,7 +193,7 @@ class Reading:
             fields.insert(0, time_path)
         for path in fields:
             data_type = _type_at(self.schema, path)
-            text = f"get_json_object(raw, {sql_str(_json_path(path))})"
+            text = f"get_json_object({RAW}, {sql_str(_json_path(path))})"
             is_time = path == time_path
             expected = (
                 "a timestamp" if isinstance(data_type, T.TimestampType | T.DateType) else (f"a {_type_name(data_type)}")
