@@ -14,6 +14,18 @@ def planned_ends(offset_log_entry: str, topic: str) -> dict[int, int] | None:
     return topic_offsets(offset_log_entry.splitlines()[2:], topic)
 
 
+def planned_at(offset_log_entry: str) -> int | None:
+    """When Spark planned the batch of `offsets/N` (its metadata's `batchTimestampMs`, taken as the
+    trigger fired, before the sources' offsets were asked), or None if the entry does not say."""
+    lines = offset_log_entry.splitlines()
+    try:
+        metadata = json.loads(lines[1]) if len(lines) > 1 else None
+        stamp = metadata.get("batchTimestampMs") if isinstance(metadata, dict) else None
+        return int(stamp) if isinstance(stamp, int) and stamp > 0 else None
+    except (ValueError, TypeError):
+        return None
+
+
 def first_offsets(sources_entry: str, topic: str) -> dict[int, int] | None:
     """The offsets of `topic` in `sources/0/0`, or None if it does not name the topic."""
     return topic_offsets(sources_entry.splitlines()[1:], topic)

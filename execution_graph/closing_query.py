@@ -337,7 +337,7 @@ class ClosingQuery:
                 # Rows an earlier batch left unread are read now, even with no row after them: the
                 # markers there may be all that closes the next window.
                 waiting = state is not None and bool(state.unread)
-                if through is None and not waiting and (batch.rows == 0 or not self._headers_due(end, ends)):
+                if self._waits(batch, waiting, ends):
                     continue
                 if self._files.exists(f"offsets/{next_id}"):
                     # Another writer of this checkpoint (a stalled executor's Spark) planned the batch.
@@ -365,6 +365,21 @@ class ClosingQuery:
                 self._trigger_active = False
                 self._message = "Stopped"
             self._ends.close()
+
+    def _waits(self, batch: BatchRange, waiting: bool, ends: Offsets) -> bool:
+        """Whether no batch runs now: it would close nothing, no range an earlier batch left unread
+        waits, and it would read no row or its rows' headers are not due yet."""
+        if batch.through is not None or waiting:
+            return False
+        if batch.rows == 0:
+            if self._last_batch == float("-inf"):
+                # The topic was empty at this loop's first look (a graph a swap just deployed): every
+                # marker from now on comes with its notice, so no headers pass is due before
+                # HEADERS_DUE_S. One would read the new graph's first rows during the old graph's
+                # drain, on the cores its last close job needs.
+                self._last_batch = time.monotonic()
+            return True
+        return not self._headers_due(batch.end, ends)
 
     def _headers_due(self, end: Offsets, ends: Offsets) -> bool:
         """Whether a batch that closes nothing should run now, to read the headers of the rows that

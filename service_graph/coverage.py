@@ -30,7 +30,7 @@ from pyspark.sql import SparkSession
 
 from hotswap.contract.causes import root_cause
 from hotswap.contract.names import is_store_uri
-from hotswap.contract.offset_log import first_offsets, planned_ends
+from hotswap.contract.offset_log import first_offsets, planned_at, planned_ends
 from hotswap.service_graph.errors import ServiceGraphError
 
 
@@ -124,6 +124,7 @@ class OffsetLog:
         self._local = None if is_store_uri(checkpoint) else Path(checkpoint)
         self._fs: Any = None
         self._last: tuple[int, dict[int, int]] | None = None  # the last batch's ends: the next one's starts
+        self._last_planned_at: tuple[int, int | None] = (-1, None)
 
     def batch(self, batch_id: int) -> PlannedRange | None:
         """What Spark planned for batch `batch_id`, or None if its entry is not there."""
@@ -141,7 +142,14 @@ class OffsetLog:
             first = self.entry("sources/0/0")
             starts = None if first is None else first_offsets(first, self._topic)
         self._last = (batch_id, ends)
+        self._last_planned_at = (batch_id, None if entry is None else planned_at(entry))
         return PlannedRange(starts or {}, ends)
+
+    def planned_at(self, batch_id: int) -> int | None:
+        """When Spark's trigger fired for `batch_id` (offset_log.planned_at), if `batch` read its
+        entry last; None otherwise (never a read of its own)."""
+        batch, stamp = self._last_planned_at
+        return stamp if batch == batch_id else None
 
     def entry(self, name: str) -> str | None:
         if self._local is not None and self._local.is_dir():

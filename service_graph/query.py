@@ -60,6 +60,7 @@ from hotswap.service_graph.coverage import OffsetLog, Seen, SkippedRead, Unread,
 from hotswap.service_graph.errors import NoTargetGraph, ServiceGraphError
 from hotswap.service_graph.frames import BatchStats, median_event_time, route_and_write
 from hotswap.service_graph.kafka_io import MarkerTaken, MarkerWriter, SourceOffsets
+from hotswap.service_graph.pacing import BatchPace
 from hotswap.service_graph.reading import Reading
 from hotswap.service_graph.routing import (
     IdleClock,
@@ -117,6 +118,12 @@ class ServiceGraph:
         self._empty_through: dict[int, int] = {}  # partition -> offsets below it Kafka said hold no record
         self._unplanned_said = False  # a batch without an offset log entry was said once
         self._lock = threading.Lock()
+        # A live batch ends just after the next window can close (pacing.py); only on a trigger's grid.
+        interval = pipeline.trigger_interval
+        self._pace = (
+            None if interval is None else BatchPace(interval.ms, pipeline.window.ms, pipeline.max_offsets_per_trigger)
+        )
+        self._stopping = threading.Event()  # cuts a pace short when the query stops
         self._idle = IdleClock(pipeline.idle_timeout.ms if pipeline.idle_timeout else None, time.monotonic())
         self._last_advance = 0.0
         self.query: StreamingQuery | None = None
@@ -166,6 +173,7 @@ class ServiceGraph:
             writer = writer.trigger(processingTime=pipeline.processing_time)
         limit = self._timeouts.batch_stall_timeout
         self._watch, self._stall = BatchWatch(None if limit is None else limit.s), None
+        self._stopping.clear()
         self.query = writer.start()
         log.info("service graph started", query=pipeline.names.service_query, source=pipeline.source_topic)
         return self.query
@@ -218,6 +226,7 @@ class ServiceGraph:
         threading.Thread(target=query.stop, name="hotswap-cancel-service", daemon=True).start()
 
     def stop(self) -> None:
+        self._stopping.set()
         if self.query is not None and self.query.isActive:
             stop_between_batches(self.query)
         self._markers.close()
@@ -232,6 +241,20 @@ class ServiceGraph:
 
     # -- one micro-batch -------------------------------------------------------------------
     def route_batch(self, batch: DataFrame, batch_id: int) -> None:
+        entered_ms = now_ms()
+        state, stats = self._route(batch, batch_id)
+        if self._pace is not None:
+            # When the trigger fired, as Spark's offset log says (this call came after the offsets were
+            # asked and the log written); outside the lock, so a tick may take a cut meanwhile.
+            began_ms = self._offset_log.planned_at(batch_id) or entered_ms
+            rows = sum(s.rows for s in stats.partitions)
+            pause = self._pace.pause_ms(began_ms=began_ms, now_ms=now_ms(), watermark=state.watermark, rows=rows)
+            if pause:
+                with stages.timed(self._pipeline.names.service_query, "pace"):
+                    self._stopping.wait(pause / 1000)
+
+    def _route(self, batch: DataFrame, batch_id: int) -> tuple[ServiceState, BatchStats]:
+        """Route one batch; returns the service state after it and what the batch read."""
         name = self._pipeline.names.service_query  # stage timings per query (contract.stages, `make bench`)
         with self._lock, stages.timed(name, "batch"):
             if self._fence is not None:
@@ -267,6 +290,7 @@ class ServiceGraph:
                 self._record(state, new_state, stats, expired_rows)
             with stages.timed(name, "markers"):
                 self._after_routing(plan, new_state)
+            return new_state, stats
 
     def _reading(self, plan: RoutingPlan) -> Reading:
         """How records are read for `plan`: the namespace's source, checked against the schema of the

@@ -54,6 +54,7 @@ from hotswap.service_sink.progress import ProgressReporter
 log = structlog.get_logger(__name__)
 
 TICK_S = 0.25
+DRAIN_TICK_S = 0.05  # while a swap waits for its old graph's last windows (SwapProtocol.awaiting_output)
 OUTAGE_S = 300.0  # how long the loop keeps retrying a failing tick before the executor gives up
 # Not retried: another executor holds (or took over) the lease, the namespace's control state vanished,
 # or the service graph failed for good.
@@ -172,7 +173,7 @@ class Executor:
                         OUTAGES.down(KAFKA, error, retrying)
                     else:
                         log.warning("executor tick failed; retrying", error=error)
-                stop.wait(TICK_S)
+                stop.wait(DRAIN_TICK_S if self._swaps.awaiting_output else TICK_S)
         finally:
             self._shutdown()
 

@@ -106,6 +106,10 @@ class SwapProtocol:
         self._retire_began: dict[str, float] = {}
         self._said: set[tuple[str, SwapPhase]] = set()
         self._open_ids: set[str] = set()
+        # Whether the active swap waits for its old graph's last windows: the executor then looks at
+        # the graph's progress more often than once a tick (controller.DRAIN_TICK_S), since the swap's
+        # end waits for that look and nothing else.
+        self.awaiting_output = False
         # What the executor does for a swap that waits for what the executor moves on (the phase
         # table's driver): one handler per wait. (`validation`, before a swap is in flight, is admission's.)
         self.handlers: Mapping[Wait, Handler] = {
@@ -131,8 +135,9 @@ class SwapProtocol:
         swaps = self._admission.admit_submitted()
         active = active_swap(swaps)
         self._hold_to_error_budget(active)
+        wait = None if active is None else driven_by(active, Driver.EXECUTOR)
+        self.awaiting_output = wait is Wait.OLD_GRAPH_OUTPUT
         if active is not None:
-            wait = driven_by(active, Driver.EXECUTOR)
             if wait is not None:
                 self.handlers[wait](active, swaps)
             else:

@@ -141,3 +141,21 @@ def test_rows_that_close_nothing_wait_for_the_batch_that_closes_their_window() -
     assert query._headers_due({0: 9}, {0: 20}), "the row cap left rows behind: the markers may lie there"
     query._last_batch = time.monotonic() - HEADERS_DUE_S
     assert query._headers_due({0: 9}, {0: 9}), "no batch for a while: a notice may have been lost"
+
+
+def test_a_graph_whose_topic_was_empty_at_its_first_look_reads_no_headers_until_they_are_due() -> None:
+    # A graph a swap just deployed: nothing routed to it yet. Its first rows come with markers whose
+    # notices it hears, so it runs no headers pass of its own during the old graph's drain.
+    query = _loop()
+    assert query._waits(BatchRange(0, {0: 0}, {0: 0}), False, {0: 0})
+    assert query._waits(BatchRange(0, {0: 0}, {0: 40}), False, {0: 40}), "rows after the first look wait"
+    assert not query._waits(BatchRange(0, {0: 0}, {0: 40}, 20_000), False, {0: 40}), "a window closes"
+    query._last_batch = time.monotonic() - HEADERS_DUE_S
+    assert not query._waits(BatchRange(0, {0: 0}, {0: 40}), False, {0: 40}), "no batch for a while"
+
+
+def test_a_graph_that_finds_rows_at_its_first_look_reads_their_headers_at_once() -> None:
+    # A restart: markers may wait in the rows, and their notices went with the old process.
+    query = _loop()
+    assert not query._waits(BatchRange(3, {0: 10}, {0: 40}), False, {0: 40})
+    assert not query._waits(BatchRange(3, {0: 40}, {0: 40}), True, {0: 40}), "a range left unread waits"
