@@ -15,8 +15,9 @@ def planned_ends(offset_log_entry: str, topic: str) -> dict[int, int] | None:
 
 
 def planned_at(offset_log_entry: str) -> int | None:
-    """When Spark planned the batch of `offsets/N` (its metadata's `batchTimestampMs`, taken as the
-    trigger fired, before the sources' offsets were asked), or None if the entry does not say."""
+    """When Spark planned the batch of `offsets/N` (its metadata's `batchTimestampMs`, taken once the
+    sources had answered with their latest offsets: every row the batch reads had reached Kafka by
+    then), or None if the entry does not say."""
     lines = offset_log_entry.splitlines()
     try:
         metadata = json.loads(lines[1]) if len(lines) > 1 else None

@@ -21,7 +21,7 @@ accounts for the whole range:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,12 @@ class PlannedRange:
 
     starts: Mapping[int, int]
     ends: Mapping[int, int]
+    planned_at_ms: int | None = field(default=None, compare=False)  # offset_log.planned_at
+
+    @property
+    def offsets(self) -> int:
+        """How many offsets the batch planned to read, over the partitions whose start is known."""
+        return sum(max(0, end - self.starts[p]) for p, end in self.ends.items() if p in self.starts)
 
     def fully_read(self, seen: Mapping[int, Seen]) -> bool:
         """Whether every partition was read from its start with no offset left out between its rows
@@ -124,7 +130,7 @@ class OffsetLog:
         self._local = None if is_store_uri(checkpoint) else Path(checkpoint)
         self._fs: Any = None
         self._last: tuple[int, dict[int, int]] | None = None  # the last batch's ends: the next one's starts
-        self._last_planned_at: tuple[int, int | None] = (-1, None)
+        self._last_planned: tuple[int, PlannedRange | None] = (-1, None)
 
     def batch(self, batch_id: int) -> PlannedRange | None:
         """What Spark planned for batch `batch_id`, or None if its entry is not there."""
@@ -142,14 +148,14 @@ class OffsetLog:
             first = self.entry("sources/0/0")
             starts = None if first is None else first_offsets(first, self._topic)
         self._last = (batch_id, ends)
-        self._last_planned_at = (batch_id, None if entry is None else planned_at(entry))
-        return PlannedRange(starts or {}, ends)
+        planned = PlannedRange(starts or {}, ends, None if entry is None else planned_at(entry))
+        self._last_planned = (batch_id, planned)
+        return planned
 
-    def planned_at(self, batch_id: int) -> int | None:
-        """When Spark's trigger fired for `batch_id` (offset_log.planned_at), if `batch` read its
-        entry last; None otherwise (never a read of its own)."""
-        batch, stamp = self._last_planned_at
-        return stamp if batch == batch_id else None
+    def last(self, batch_id: int) -> PlannedRange | None:
+        """What `batch` last returned, if that was for `batch_id`; None otherwise (never a read of its own)."""
+        batch, planned = self._last_planned
+        return planned if batch == batch_id else None
 
     def entry(self, name: str) -> str | None:
         if self._local is not None and self._local.is_dir():

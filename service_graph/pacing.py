@@ -28,12 +28,14 @@ class BatchPace:
 
     interval_ms: int  # the processing-time trigger's interval
     grid_ms: int  # window ends are multiples of it (the namespace's window)
-    max_rows: int  # a batch that read this many rows may have left some: it is not live
+    max_rows: int  # max_offsets_per_trigger: a batch that read about this many may have left some
 
-    def pause_ms(self, *, began_ms: int, now_ms: int, watermark: int | None, rows: int) -> int:
-        """How long the batch that began at `began_ms` (epoch ms, as the batch's rows were read),
-        read `rows` and left the service watermark at `watermark`, waits before it ends; 0 for none."""
-        if watermark is None or rows <= 0 or rows >= self.max_rows:
+    def pause_ms(self, *, began_ms: int, now_ms: int, watermark: int | None, read: int, partitions: int) -> int:
+        """How long the batch Spark planned at `began_ms` (epoch ms), which read `read` offsets of the
+        source's `partitions` and left the service watermark at `watermark`, waits before it ends; 0
+        for none. Spark splits the row cap over the partitions and rounds each share down, so a batch
+        within one offset per partition of the cap counts as capped: a backlog."""
+        if watermark is None or read <= 0 or read + partitions >= self.max_rows:
             return 0  # nothing read, or a backlog: the next batch is due at once
         # The first window end the watermark has not passed (a window closes once the watermark is
         # beyond its end), and the moment the event that moves the watermark beyond it should arrive.

@@ -244,11 +244,20 @@ class ServiceGraph:
         entered_ms = now_ms()
         state, stats = self._route(batch, batch_id)
         if self._pace is not None:
-            # When the trigger fired, as Spark's offset log says (this call came after the offsets were
-            # asked and the log written); outside the lock, so a tick may take a cut meanwhile.
-            began_ms = self._offset_log.planned_at(batch_id) or entered_ms
-            rows = sum(s.rows for s in stats.partitions)
-            pause = self._pace.pause_ms(began_ms=began_ms, now_ms=now_ms(), watermark=state.watermark, rows=rows)
+            # When Spark planned the batch, from its offset log (read for the batch's coverage), and
+            # how many offsets it planned (a record count falls short of the row cap where a
+            # transaction's markers or compaction leave gaps). Outside the lock: a tick between
+            # batches may take a cut meanwhile.
+            planned = self._offset_log.last(batch_id)
+            began_ms = (planned.planned_at_ms if planned is not None else None) or entered_ms
+            read = planned.offsets if planned is not None else sum(s.rows for s in stats.partitions)
+            pause = self._pace.pause_ms(
+                began_ms=began_ms,
+                now_ms=now_ms(),
+                watermark=state.watermark,
+                read=read,
+                partitions=max(1, self._partitions),
+            )
             if pause:
                 with stages.timed(self._pipeline.names.service_query, "pace"):
                     self._stopping.wait(pause / 1000)

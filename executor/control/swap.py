@@ -132,11 +132,14 @@ class SwapProtocol:
         }
 
     def step(self) -> None:
+        self.awaiting_output = False  # until this step says so (a step that raises leaves it off)
         swaps = self._admission.admit_submitted()
         active = active_swap(swaps)
         self._hold_to_error_budget(active)
         wait = None if active is None else driven_by(active, Driver.EXECUTOR)
-        self.awaiting_output = wait is Wait.OLD_GRAPH_OUTPUT
+        # Not for a drain that stalled (its old graph failed for good): that waits for an operator.
+        stalled = active is not None and active.reason_code is ReasonCode.DRAIN_STALLED
+        self.awaiting_output = wait is Wait.OLD_GRAPH_OUTPUT and not stalled
         if active is not None:
             if wait is not None:
                 self.handlers[wait](active, swaps)

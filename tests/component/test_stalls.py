@@ -48,6 +48,7 @@ def test_an_old_graph_that_keeps_stalling_in_a_drain_leaves_the_swap_drain_stall
     world.watermark_passes_cut(swap_id)
     world.protocol.step()
     assert world.state(swap_id) is SwapPhase.DRAINING
+    assert world.protocol.awaiting_output, "the executor looks at the old graph's progress often"
 
     failed: list[str] = []
     for attempt in range(world.settings.query_restarts + 1):
@@ -63,6 +64,8 @@ def test_an_old_graph_that_keeps_stalling_in_a_drain_leaves_the_swap_drain_stall
     assert swap.error is not None
     assert "the drain stalled" in swap.error
     assert "restart `hotswap run`" in swap.error
+    world.protocol.step()
+    assert not world.protocol.awaiting_output, "a stalled drain waits for an operator, at the loop's usual pace"
 
     # The operator fixed the cause and restarted: the old graph emits through W, and the drain ends.
     world.emitted_through("a", W)

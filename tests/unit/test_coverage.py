@@ -93,14 +93,18 @@ def test_a_range_read_whole_needs_no_log_start() -> None:
     assert PlannedRange({0: 100}, {0: 200, 3: 50}).fully_read({0: Seen(100, 199, 100)})
 
 
-def test_the_moment_spark_planned_a_batch_is_read_from_its_entry_without_a_read_of_its_own(tmp_path: Path) -> None:
+def test_when_spark_planned_a_batch_and_how_much_comes_from_its_entry_without_a_read_of_its_own(tmp_path: Path) -> None:
     (tmp_path / "offsets").mkdir()
+    (tmp_path / "offsets" / "3").write_text(ENTRY.replace("600", "450"), encoding="utf-8")
     (tmp_path / "offsets" / "4").write_text(ENTRY, encoding="utf-8")
     log = OffsetLog(cast(SparkSession, None), str(tmp_path), "ns.events")
-    assert log.planned_at(4) is None, "batch 4's entry was not read yet"
+    assert log.last(4) is None, "batch 4's entry was not read yet"
     log.batch(4)
-    assert log.planned_at(4) == 1795784374551  # the trigger's time, in the entry's metadata
-    assert log.planned_at(5) is None
+    last = log.last(4)
+    assert last is not None
+    assert last.planned_at_ms == 1795784374551  # the entry's metadata
+    assert last.offsets == 300  # 150 in each partition
+    assert log.last(5) is None
     assert planned_at("v1\nnot json\n{}") is None
     assert planned_at('v1\n{"batchTimestampMs":0}') is None
     assert planned_at("v1") is None
