@@ -129,8 +129,7 @@ class OffsetLog:
         self._topic = topic
         self._local = None if is_store_uri(checkpoint) else Path(checkpoint)
         self._fs: Any = None
-        self._last: tuple[int, dict[int, int]] | None = None  # the last batch's ends: the next one's starts
-        self._last_planned: tuple[int, PlannedRange | None] = (-1, None)
+        self._last_planned: tuple[int, PlannedRange | None] = (-1, None)  # its ends: the next batch's starts
 
     def batch(self, batch_id: int) -> PlannedRange | None:
         """What Spark planned for batch `batch_id`, or None if its entry is not there."""
@@ -138,16 +137,16 @@ class OffsetLog:
         ends = None if entry is None else planned_ends(entry, self._topic)
         if ends is None:
             return None
-        starts: dict[int, int] | None
-        if self._last is not None and self._last[0] == batch_id - 1:
-            starts = self._last[1]
+        starts: Mapping[int, int] | None
+        previous = self.last(batch_id - 1)
+        if previous is not None:
+            starts = previous.ends
         elif batch_id > 0:
             before = self.entry(f"offsets/{batch_id - 1}")
             starts = None if before is None else planned_ends(before, self._topic)
         else:
             first = self.entry("sources/0/0")
             starts = None if first is None else first_offsets(first, self._topic)
-        self._last = (batch_id, ends)
         planned = PlannedRange(starts or {}, ends, None if entry is None else planned_at(entry))
         self._last_planned = (batch_id, planned)
         return planned

@@ -6,9 +6,10 @@ whose events carry about the time they were sent, the event that lets the servic
 window end therefore arrives a few milliseconds after a batch has taken its offsets, and waits a
 whole interval for the next batch: every result, and every swap's drain, came one interval late.
 
-So a batch that read everything there was (fewer rows than `max_offsets_per_trigger`) ends, when
-the next window would otherwise close only in the batch after next, once that event should be in
-Kafka: the next batch starts then and reads it. The moment is estimated from the batch itself (the
+So a batch that read everything there was (fewer offsets than `max_offsets_per_trigger` less one per
+partition, since Spark rounds each partition's share down) ends, when the next window would otherwise
+close only in the batch after next, once that event should be in Kafka: the next batch starts then
+and reads it. The moment is estimated from the batch itself (the
 event time still needed, from the time the batch began), so a source whose events arrive late by a
 steady lag is paced as well. The pause is never longer than one interval, never happens in a
 backlog, and only moves the next batch's start; what a batch routes and writes is unchanged.
