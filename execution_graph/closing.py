@@ -52,7 +52,14 @@ from hotswap.contract.source import EVENT_TIME_COLUMN
 from hotswap.contract.windows import GRAPH_WATERMARK_DELAY_MS, Windowing
 from hotswap.execution_graph.checkpoint import CheckpointDir
 from hotswap.execution_graph.errors import GraphStateLost
-from hotswap.execution_graph.events import ROUTE, parsed_events, routed_rows, without_skipped
+from hotswap.execution_graph.events import (
+    BOOKKEEPING,
+    ROUTE,
+    SOURCE_EVENT,
+    parsed_events,
+    routed_rows,
+    without_skipped,
+)
 from hotswap.execution_graph.task_slots import leave_a_slot
 from hotswap.execution_graph.user_query import QueryFunction
 
@@ -399,16 +406,21 @@ class WindowCloser:
                 self._states[batch_id] = state
                 for old in [b for b in self._states if b < batch_id - STATE_FILES_KEPT]:
                     del self._states[old]
-            self._files.delete(f"{STATE_DIR}/{batch_id - STATE_FILES_KEPT}")
             return state
+
+    def tidy(self, batch_id: int) -> None:
+        """Remove the state file batch `batch_id` no longer needs (Spark replays at most the last
+        batch): once the batch is committed and reported, off the path a swap's drain waits on."""
+        self._files.delete(f"{STATE_DIR}/{batch_id - STATE_FILES_KEPT}")
 
     def _reads(self, batch: DataFrame) -> list[PartitionRead]:
         """Per graph partition: the highest marker and each bucket's first offset, in
         one small aggregation over the batch's route headers (the values are never decoded)."""
         slide = self._windowing.slide_ms
         rows = (
-            batch.selectExpr("partition", "offset", f"{ROUTE} AS route")
-            .selectExpr("partition", "offset", "route[0] AS kind", "try_cast(route[3] AS BIGINT) AS t")
+            batch.selectExpr(
+                "partition", "offset", f"{ROUTE} AS route", "route[0] AS kind", "try_cast(route[3] AS BIGINT) AS t"
+            )
             .groupBy(
                 "partition",
                 F.expr(f"CASE WHEN kind = 'data' THEN t - pmod(t, {slide}) END").alias("bucket"),
@@ -449,8 +461,11 @@ class WindowCloser:
         observation: Observation | None = None
         if watch is not None:
             observation = Observation(f"hotswap_headers_{uuid.uuid4().hex}")
-            raw = raw.selectExpr("*", f"{ROUTE}[0] AS _kind", f"try_cast({ROUTE}[3] AS BIGINT) AS _t").selectExpr(
-                "*", f"_t - pmod(_t, {self._windowing.slide_ms}) AS _bucket"
+            raw = raw.selectExpr(  # one step: `_bucket` reads `_t` as a lateral alias (events.routed_rows says why)
+                "*",
+                f"{ROUTE}[0] AS _kind",
+                f"try_cast({ROUTE}[3] AS BIGINT) AS _t",
+                f"_t - pmod(_t, {self._windowing.slide_ms}) AS _bucket",
             )
             raw = raw.observe(observation, *(F.expr(e) for e in watch.aggregates()))
         since = closing.rows_since
@@ -464,8 +479,8 @@ class WindowCloser:
         events = (
             parsed_events(spark, data, record.reads)
             # A replayed service batch wrote its rows again: each source event is counted once.
-            .dropDuplicates(["_hotswap_partition", "_hotswap_offset"])
-            .drop("_hotswap_partition", "_hotswap_offset")
+            .dropDuplicates(list(SOURCE_EVENT))
+            .drop(*BOOKKEEPING)
         )
         try:
             output = self._query(events)

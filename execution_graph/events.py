@@ -47,12 +47,20 @@ KAFKA_RECORD = T.StructType(
 # The route header's five fields, as an array of strings (contract/envelope.py): the only header a
 # graph row carries, so the first.
 ROUTE = "split(CAST(try_element_at(headers, 1).value AS STRING), ',')"
+# Columns of hotswap's own beside the ones a query sees: the route header, split; the source event
+# (partition, offset) the deduplication keys on; the record as parsed. Never in `events`.
+ROUTE_COLUMN = "_hotswap_route"
+PARTITION_COLUMN = "_hotswap_partition"
+OFFSET_COLUMN = "_hotswap_offset"
+RECORD_COLUMN = "_hotswap_record"
+SOURCE_EVENT = (PARTITION_COLUMN, OFFSET_COLUMN)
+BOOKKEEPING = (*SOURCE_EVENT, RECORD_COLUMN)
 
 
 def batch_events(spark: SparkSession, reads: SourceSpec) -> DataFrame:
     """An empty batch `events`, as a closing graph's query sees it: what its queries are validated on."""
     rows = routed_rows(spark.createDataFrame([], KAFKA_RECORD))
-    return parsed_events(spark, rows.where("kind = 'data'"), reads).drop("_hotswap_partition", "_hotswap_offset")
+    return parsed_events(spark, rows.where("kind = 'data'"), reads).drop(*BOOKKEEPING)
 
 
 def graph_topic_stream(spark: SparkSession, pipeline: PipelineSettings, kafka: KafkaSettings, topic: str) -> DataFrame:
@@ -94,12 +102,15 @@ def routed_rows(raw: DataFrame) -> DataFrame:
     """Graph-topic records with the service graph's route header (contract/envelope.py) spread into
     columns: kind, source partition and offset, event time, source record timestamp; and the
     record's own key and value. The route header is the only header a graph row carries."""
-    return raw.selectExpr(f"{ROUTE} AS route", "key", "value").selectExpr(
-        "route[0] AS kind",
-        "try_cast(route[1] AS INT) AS _hotswap_partition",
-        "try_cast(route[2] AS BIGINT) AS _hotswap_offset",
-        f"timestamp_millis(try_cast(route[3] AS BIGINT)) AS {EVENT_TIME_COLUMN}",
-        f"timestamp_millis(try_cast(route[4] AS BIGINT)) AS {KAFKA_TIMESTAMP_COLUMN}",
+    # One projection, whose columns name the header split before them (a lateral alias): each
+    # DataFrame step costs the driver an analysis of the whole plan, at every closing job.
+    return raw.selectExpr(
+        f"{ROUTE} AS {ROUTE_COLUMN}",
+        f"{ROUTE_COLUMN}[0] AS kind",
+        f"try_cast({ROUTE_COLUMN}[1] AS INT) AS {PARTITION_COLUMN}",
+        f"try_cast({ROUTE_COLUMN}[2] AS BIGINT) AS {OFFSET_COLUMN}",
+        f"timestamp_millis(try_cast({ROUTE_COLUMN}[3] AS BIGINT)) AS {EVENT_TIME_COLUMN}",
+        f"timestamp_millis(try_cast({ROUTE_COLUMN}[4] AS BIGINT)) AS {KAFKA_TIMESTAMP_COLUMN}",
         "key",
         "value",
     )
@@ -108,24 +119,25 @@ def routed_rows(raw: DataFrame) -> DataFrame:
 def parsed_events(spark: SparkSession, data: DataFrame, reads: SourceSpec) -> DataFrame:
     """Data rows (from `routed_rows`) as the `events` a user query sees: every top-level column of
     the schema its version reads, `event_time`, and the source record's Kafka key and timestamp,
-    with the source partition and offset kept for the deduplication."""
+    with the source partition and offset kept for the deduplication (and the parsed record): drop
+    BOOKKEEPING once the duplicates are gone."""
     # Parsed once, here, with the version's own schema, and spread into the view's columns before
     # the duplicates are dropped: Spark then prunes the fields the query never reads before the
-    # shuffle the deduplication needs, instead of shuffling whole records.
+    # shuffle the deduplication needs, instead of shuffling whole records. One projection, its
+    # fields read from the record parsed before them (a lateral alias), as in routed_rows.
     fields = [
-        f"r.`{_escaped(name)}` AS `{_escaped(name)}`"
+        f"{RECORD_COLUMN}.`{_escaped(name)}` AS `{_escaped(name)}`"
         for name in spark_schema(spark, reads).names
         if name != EVENT_TIME_COLUMN  # the record's own event_time (the event time itself) gives way to hotswap's
     ]
     return data.selectExpr(
-        "_hotswap_partition",
-        "_hotswap_offset",
+        f"{_decode(reads)} AS {RECORD_COLUMN}",
+        *fields,
+        PARTITION_COLUMN,
+        OFFSET_COLUMN,
         EVENT_TIME_COLUMN,
         f"CAST(key AS STRING) AS {KAFKA_KEY_COLUMN}",
         KAFKA_TIMESTAMP_COLUMN,
-        f"{_decode(reads)} AS r",
-    ).selectExpr(
-        *fields, "_hotswap_partition", "_hotswap_offset", EVENT_TIME_COLUMN, KAFKA_KEY_COLUMN, KAFKA_TIMESTAMP_COLUMN
     )
 
 
@@ -149,10 +161,8 @@ def events_stream(
     # A service-graph batch that Spark replays after a crash writes its rows again; each source
     # event (partition, offset) is counted once. With the event time in the key, Spark evicts an
     # entry once the service watermark passes it, so this state stays bounded.
-    unique = parsed_events(spark, data, reads).dropDuplicates(
-        ["_hotswap_partition", "_hotswap_offset", EVENT_TIME_COLUMN]
-    )
-    return unique.drop("_hotswap_partition", "_hotswap_offset")
+    unique = parsed_events(spark, data, reads).dropDuplicates([*SOURCE_EVENT, EVENT_TIME_COLUMN])
+    return unique.drop(*BOOKKEEPING)
 
 
 def graph_batch_cap(pipeline: PipelineSettings) -> int:

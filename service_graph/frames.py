@@ -86,15 +86,15 @@ def route_and_write(
     return stats
 
 
-def _with_constants(read: DataFrame, plan: RoutingPlan) -> DataFrame:
-    """The batch's records, each with the plan's numbers as columns (`_late_before`, `_ahead_after`,
-    `_since_i`, `_until_i`; an open bound is LOWEST or HIGHEST)."""
+def _constants(plan: RoutingPlan) -> list[str]:
+    """The plan's numbers as columns (`_late_before`, `_ahead_after`, `_since_i`, `_until_i`; an open
+    bound is LOWEST or HIGHEST), written so that each batch reuses the code the first compiled."""
     values = [_bound(plan.late_before, LOWEST), _bound(plan.ahead_after, HIGHEST)]
     names = ["_late_before", "_ahead_after"]
     for i, destination in enumerate(plan.destinations):
         values += [_bound(destination.since, LOWEST), _bound(destination.until, HIGHEST)]
         names += [f"_since_{i}", f"_until_{i}"]
-    return read.selectExpr("*", *(f"{batch_long(value)} AS {name}" for name, value in zip(names, values, strict=True)))
+    return [f"{batch_long(value)} AS {name}" for name, value in zip(names, values, strict=True)]
 
 
 def _bound(value: int | None, unbounded: int) -> int:
@@ -106,33 +106,28 @@ def _classified(read: DataFrame, plan: RoutingPlan, pipeline: PipelineSettings) 
     ahead of the watermark gets its reason here. Keeps the plan's bounds as columns for what follows."""
     jump = sql_str(f"event time more than {format_duration_ms(pipeline.max_time_jump.ms)} ahead of the watermark")
     size = pipeline.window.ms
-    bounds = [f"_{side}_{i}" for i in range(len(plan.destinations)) for side in ("since", "until")]
-    return (
-        _with_constants(read, plan)
-        .selectExpr(
-            "partition",
-            "offset",
-            "key",
-            "value",
-            "timestamp",
-            "ts",
-            f"CASE WHEN reason IS NULL AND ts > _ahead_after THEN {jump} ELSE reason END AS reason",
-            f"CASE WHEN reason IS NULL AND ts > _ahead_after THEN {sql_str(DeadLetterReason.TOO_FAR_AHEAD)} "
-            "ELSE reason_code END AS reason_code",
-            "_late_before",
-            *bounds,
-        )
-        .selectExpr(
-            "*",
-            "CASE WHEN reason IS NOT NULL THEN 'dead_letter' WHEN ts < _late_before THEN 'late' ELSE 'data' END "
-            "AS route",
-        )
-        .selectExpr("*", f"CASE WHEN route = 'data' THEN (ts DIV {size}) * {size} + {size} END AS window_end")
+    # One projection, its later columns reading the constants before them (lateral aliases): each
+    # DataFrame step costs the driver an analysis of the whole plan, at every batch. `reason` below
+    # is still the record's own (a column of `read` wins over an alias), so `route` asks both.
+    ahead = "reason IS NULL AND ts > _ahead_after"
+    return read.selectExpr(
+        "partition",
+        "offset",
+        "key",
+        "value",
+        "timestamp",
+        "ts",
+        *_constants(plan),
+        f"CASE WHEN {ahead} THEN {jump} ELSE reason END AS reason",
+        f"CASE WHEN {ahead} THEN {sql_str(DeadLetterReason.TOO_FAR_AHEAD)} ELSE reason_code END AS reason_code",
+        "CASE WHEN reason IS NOT NULL OR ts > _ahead_after THEN 'dead_letter' WHEN ts < _late_before THEN 'late' "
+        "ELSE 'data' END AS route",
+        f"CASE WHEN route = 'data' THEN (ts DIV {size}) * {size} + {size} END AS window_end",
     )
 
 
 def _holds(i: int) -> str:
-    """Whether destination i's event-time range holds the row (its bounds are columns: see _with_constants)."""
+    """Whether destination i's event-time range holds the row (its bounds are columns: see _constants)."""
     return f"ts >= _since_{i} AND ts < _until_{i}"
 
 

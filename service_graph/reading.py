@@ -36,6 +36,7 @@ QUOTED_CHARS = 60  # how much of a bad value a reason quotes
 # The record as text, for the reason of a record Spark flagged. Cast where a reason needs it, not
 # carried as a column: a column would copy every record's bytes once more between Spark's stages.
 RAW = "CAST(value AS STRING)"
+EVENT_MS = "_event_ms"  # the event time as read, before a record that cannot be read loses it
 
 
 def sql_str(value: str) -> str:
@@ -77,12 +78,21 @@ class Reading:
         """The batch's records as `partition, offset, key, value, timestamp` (as Kafka gave them),
         `ts` (event time, epoch ms; null when the record cannot be read), `reason` and `reason_code`
         (null when the record is fine)."""
-        kept = ["partition", "offset", "key", "value", "timestamp"]
-        decoded = batch.selectExpr(*kept, f"{self._decode()} AS e")
-        timed = decoded.selectExpr(*kept, "e", f"{self._event_time_ms()} AS ts")
-        reasoned = timed.selectExpr(*kept, "ts", f"{self._reason()} AS why")
-        return reasoned.selectExpr(
-            *kept, "CASE WHEN why IS NULL THEN ts END AS ts", "why.reason AS reason", "why.code AS reason_code"
+        # One projection, each column reading those before it (lateral aliases): every DataFrame step
+        # costs the driver an analysis of the whole plan, at every batch. `e`, `_event_ms` and `why`
+        # stay as columns; nothing after reads them, and Spark prunes them.
+        return batch.selectExpr(
+            "partition",
+            "offset",
+            "key",
+            "value",
+            "timestamp",
+            f"{self._decode()} AS e",
+            f"{self._event_time_ms()} AS {EVENT_MS}",
+            f"{self._reason()} AS why",
+            f"CASE WHEN why IS NULL THEN {EVENT_MS} END AS ts",
+            "why.reason AS reason",
+            "why.code AS reason_code",
         )
 
     # -- decoding -------------------------------------------------------------------------------
@@ -133,7 +143,7 @@ class Reading:
         )
         branches.append(
             (
-                f"ts IS NULL OR ts < 0 OR ts > {MAX_EVENT_TIME_MS}",
+                f"{EVENT_MS} IS NULL OR {EVENT_MS} < 0 OR {EVENT_MS} > {MAX_EVENT_TIME_MS}",
                 _why(out_of_range, DeadLetterReason.EVENT_TIME_OUT_OF_RANGE),
             )
         )
