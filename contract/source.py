@@ -30,6 +30,9 @@ EVENT_TIME_COLUMN = "event_time"
 KAFKA_KEY_COLUMN = "_kafka_key"
 KAFKA_TIMESTAMP_COLUMN = "_kafka_timestamp"
 ADDED_COLUMNS = (EVENT_TIME_COLUMN, KAFKA_KEY_COLUMN, KAFKA_TIMESTAMP_COLUMN)
+# hotswap's own columns beside the schema's while a graph reads its rows (the source event, the
+# parsed record): a schema's top-level column may not start with it either.
+RESERVED_PREFIX = "_hotswap_"
 
 CONFLUENT_MAGIC = 0
 CONFLUENT_HEADER_BYTES = 5  # the magic byte and a 4-byte schema id, before the Avro record

@@ -21,6 +21,7 @@ from pyspark.sql import types as T
 from hotswap.contract.source import (
     ADDED_COLUMNS,
     EVENT_TIME_COLUMN,
+    RESERVED_PREFIX,
     EventTimeKind,
     SourceFormat,
     SourceSpec,
@@ -73,10 +74,17 @@ def resolve(spark: SparkSession, spec: SourceSpec) -> SourceSpec:
     if duplicated:
         raise SchemaRefused(f"the source schema names {', '.join(duplicated)} twice")
     for name in names:
-        if name in ADDED_COLUMNS and not (name == EVENT_TIME_COLUMN and spec.event_time == EVENT_TIME_COLUMN):
+        # Spark matches column names ignoring case, so `Event_Time` would meet `event_time` too.
+        folded = name.lower()
+        if folded in ADDED_COLUMNS and not (name == EVENT_TIME_COLUMN and spec.event_time == EVENT_TIME_COLUMN):
             raise SchemaRefused(
                 f"the source schema has a column {name!r}, a name the events view gives its own column "
                 f"({', '.join(ADDED_COLUMNS)}); read it under another name"
+            )
+        if folded.startswith(RESERVED_PREFIX):
+            raise SchemaRefused(
+                f"the source schema has a column {name!r}: names starting with {RESERVED_PREFIX!r} are hotswap's own "
+                "(it reads a graph's rows with them); read it under another name"
             )
     return spec.changed(schema_ddl=ddl(spark, schema), event_time_kind=_event_time_kind(spec, schema))
 

@@ -21,7 +21,7 @@ from hotswap.contract.settings import Settings, StaticTable
 from hotswap.contract.source import SourceSpec
 from hotswap.contract.windows import marker_event_time
 from hotswap.execution_graph.confinement import isolated_session
-from hotswap.execution_graph.errors import QueryRejected
+from hotswap.execution_graph.errors import QueryRejected, SchemaRefused
 from hotswap.execution_graph.events import batch_events
 from hotswap.execution_graph.graph import events_stream
 from hotswap.execution_graph.schemas import resolve
@@ -689,3 +689,17 @@ def test_a_query_reads_the_static_tables_the_operator_lists_and_sees_nothing_of_
     # And the analysis left nothing in the executor's session.
     assert not spark.catalog.tableExists("events")
     assert not spark.catalog.tableExists("regions")
+
+
+@pytest.mark.parametrize(
+    "column",
+    ["_hotswap_record", "_HOTSWAP_partition", "_Kafka_Key", "Event_Time"],
+)
+def test_a_schema_column_named_like_hotswaps_own_is_refused_in_one_line(spark: SparkSession, column: str) -> None:
+    """Spark matches names ignoring case: such a column would meet the events view's own columns,
+    or the ones a graph reads its rows with, and be dropped or ambiguous."""
+    with pytest.raises(SchemaRefused) as refused:
+        resolve(spark, SourceSpec(schema_ddl=f"key STRING, ts BIGINT, `{column}` STRING", event_time="ts"))
+    assert column in str(refused.value)
+    assert "another name" in str(refused.value)
+    assert "\n" not in str(refused.value)
