@@ -90,6 +90,17 @@ class Keys:
         """Write-ahead routing decision for one service-graph batch (replayed identically)."""
         return f"{self.prefix}:routing:{batch_id}"
 
+    @property
+    def rewrites(self) -> str:
+        """Hash: service batch id -> Rewrite, the event times at which a replayed service batch may
+        have written rows to the graphs' topics a second time (contract/rewrites.py)."""
+        return f"{self.prefix}:rewrites"
+
+    @property
+    def rewrites_recorded(self) -> str:
+        """Set once the namespace's service graph records its replays' rewrites (contract/rewrites.py)."""
+        return f"{self.prefix}:rewrites-recorded"
+
     def shadow_diff(self, swap_id: str) -> str:
         """The last `hotswap diff` of a shadow (a ShadowDiff), which `status` shows."""
         return f"{self.prefix}:shadow-diff:{swap_id}"

@@ -114,7 +114,13 @@ class StackSettings(_Slice):
 # requests: routing 200,000 events to a graph topic took 2.49 s with them and 1.96 s with these, as
 # fast as routing to no sink at all (docs/performance.md, "Producer batches"). 5 ms is far below a
 # micro-batch; 256 KiB per partition is bounded by the producer's 32 MiB buffer.
-SINK_PRODUCER_OPTIONS = {"kafka.linger.ms": "5", "kafka.batch.size": str(256 * 1024)}
+SINK_PRODUCER_OPTIONS = {
+    "kafka.linger.ms": "5",
+    "kafka.batch.size": str(256 * 1024),
+    # The client's default, said: a producer's retry never writes a row twice (contract/rewrites.py
+    # counts on it), and a setting that would turn it off fails instead of doing so quietly.
+    "kafka.enable.idempotence": "true",
+}
 
 
 class KafkaSettings(_Slice):

@@ -13,7 +13,8 @@ cap never closes a window early); a marker the service graph's producer saw ever
 counts too, once the batch reads past it. How far a batch closes, C, is decided before it runs and
 written in its offset log. When C passes the closed point P, the windows ending in (P, C] are
 complete: the batch computes them once, first, as a Spark batch job over exactly their rows, read
-back from the topic by offset range, each source event counted once by a stateless deduplication.
+back from the topic by offset range, each source event counted once by a stateless deduplication
+where rows may be there twice (a replayed service batch's rewrite reaches them: contract.rewrites).
 Results go to the sink under the usual idempotent keys. The same job learns the route headers of
 the rows it reads (HeaderWatch, observed metrics of the read); only when that cannot tell it all (a
 row far ahead, a query that ran an action over part of the rows) does the batch read the headers
@@ -47,6 +48,7 @@ from hotswap.contract import stages
 from hotswap.contract.batch_constants import batch_long, batch_timestamp
 from hotswap.contract.faults import crash_point
 from hotswap.contract.models import GraphRecord
+from hotswap.contract.rewrites import Rewrite
 from hotswap.contract.settings import KafkaSettings
 from hotswap.contract.source import EVENT_TIME_COLUMN
 from hotswap.contract.windows import GRAPH_WATERMARK_DELAY_MS, Windowing
@@ -60,7 +62,7 @@ from hotswap.execution_graph.events import (
     routed_rows,
     without_skipped,
 )
-from hotswap.execution_graph.task_slots import leave_a_slot
+from hotswap.execution_graph.task_slots import leave_a_slot, task_slots
 from hotswap.execution_graph.user_query import QueryFunction
 
 log = structlog.get_logger(__name__)
@@ -319,8 +321,11 @@ class WindowCloser:
         name: str | None = None,
         *,
         query_tasks: int = 2,
+        rewrites: Callable[[], Iterable[Rewrite]] | None = None,
     ) -> None:
         self._kafka = kafka
+        # The replayed service batches' rewrites (contract.rewrites); None: deduplicate every window.
+        self._rewrites = rewrites
         self._query_tasks = query_tasks  # spark.sql.shuffle.partitions as configured (task_slots.py)
         self._name = name or record.query_id  # the graph's query name, for its stage timings
         self._record = record
@@ -413,6 +418,15 @@ class WindowCloser:
         batch): once the batch is committed and reported, off the path a swap's drain waits on."""
         self._files.delete(f"{STATE_DIR}/{batch_id - STATE_FILES_KEPT}")
 
+    def _may_hold_twice(self, since: int | None, through: int) -> bool:
+        """Whether rows of event times in [since, through) may hold a source event twice: where a
+        replayed service batch's rewrite reaches them (read after the batch's range was taken, so a
+        rewrite whose rows the range holds is recorded by then), and always where Spark may retry a
+        task of the service graph's write (`rewrites` None)."""
+        if self._rewrites is None:
+            return True
+        return any(rewrite.reaches(since, through) for rewrite in self._rewrites())
+
     def _reads(self, batch: DataFrame) -> list[PartitionRead]:
         """Per graph partition: the highest marker and each bucket's first offset, in
         one small aggregation over the batch's route headers (the values are never decoded)."""
@@ -455,7 +469,8 @@ class WindowCloser:
             log.debug("windows closed with nothing to emit", query_id=record.query_id, through=closing.through)
             return None
         # Looked up for each job: a cluster's executors come and go (task_slots.py).
-        leave_a_slot(spark, self._query_tasks)
+        slots = task_slots(spark)
+        leave_a_slot(spark, self._query_tasks, slots)
         raw = read_range(spark, self._kafka.spark_kafka_options(), record.topic, closing.offsets)
         watch = HeaderWatch.for_closing(closing, self._windowing) if self._watching else None
         observation: Observation | None = None
@@ -476,12 +491,17 @@ class WindowCloser:
         if since is not None:
             keep.append(f"{EVENT_TIME_COLUMN} >= {batch_timestamp(since)}")
         data = routed_rows(without_skipped(raw, record.skipped)).where(" AND ".join(keep))
-        events = (
-            parsed_events(spark, data, record.reads)
-            # A replayed service batch wrote its rows again: each source event is counted once.
-            .dropDuplicates(list(SOURCE_EVENT))
-            .drop(*BOOKKEEPING)
-        )
+        events = parsed_events(spark, data, record.reads)
+        deduplicated = self._may_hold_twice(since, closing.through)
+        if deduplicated:
+            # Some rows may be there twice: each source event is counted once. (A sort of every row:
+            # Spark aggregates the other columns with first(), which its hash aggregation cannot hold.)
+            events = events.dropDuplicates(list(SOURCE_EVENT))
+        elif 0 < slots - 1 < len(closing.offsets):
+            # No shuffle before the query's code, so it runs in the read's stage: that stage must still
+            # leave the service graph and the other graphs a task slot (task_slots.py).
+            events = events.coalesce(slots - 1)
+        events = events.drop(*BOOKKEEPING)
         try:
             output = self._query(events)
             after = "" if closing.after is None else f"window_end > {batch_timestamp(closing.after)} AND "
@@ -503,6 +523,7 @@ class WindowCloser:
             query_id=record.query_id,
             after=closing.after,
             through=closing.through,
+            deduplicated=deduplicated,
             offsets={p: list(r) for p, r in closing.offsets.items()},
         )
         if watch is None or observation is None:
@@ -552,6 +573,11 @@ def _observed(observation: Observation) -> dict[str, Any] | None:
         return None
 
 
+def range_group(topic: str) -> str:
+    """The Kafka consumer group id of a closing graph's range reads of `topic`."""
+    return f"hotswap-range-{topic}"
+
+
 def read_range(
     spark: SparkSession, options: Mapping[str, str], topic: str, offsets: Mapping[int, tuple[int, int]]
 ) -> DataFrame:
@@ -565,6 +591,11 @@ def read_range(
         .option("endingOffsets", json.dumps({topic: {str(p): offsets[p][1] for p in partitions}}))
         .option("failOnDataLoss", "true")  # the topic is the buffer: a row gone is an error, never skipped
         .option("includeHeaders", "true")
+        # One group id per topic instead of Spark's new one per read: the executors' pool keeps Kafka
+        # consumers by group id and partition, so each close job reuses the last one's consumer (and
+        # its connection) instead of building one per task. Nothing joins or commits to the group:
+        # the read assigns its partitions and seeks to its offsets.
+        .option("kafka.group.id", range_group(topic))
         # Every offset of the range is already written, so a fetch never needs to wait for data. With
         # the client's default (500 ms) each task of a range ending near the topic's end idled about
         # half a second before it finished, under a live load (docs/performance.md, run O).

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any, Protocol
 
@@ -30,6 +30,7 @@ from pyspark.sql.streaming.listener import StreamingQueryProgress
 from hotswap.contract.causes import first_line
 from hotswap.contract.lifecycle import BatchWatch, stall_text, stop_between_batches
 from hotswap.contract.models import GraphEngine, GraphRecord, SkippedRows
+from hotswap.contract.rewrites import Rewrite
 from hotswap.contract.settings import KafkaSettings, PipelineSettings, QueryRules, Timeouts
 from hotswap.execution_graph.checkpoint import CheckpointDir, CheckpointFiles
 from hotswap.execution_graph.closing import FAILED_FILE, WindowCloser, closing_state
@@ -37,7 +38,7 @@ from hotswap.execution_graph.closing_query import ClosingQuery, TopicEnds
 from hotswap.execution_graph.confinement import isolated_session
 from hotswap.execution_graph.errors import GraphStartFailed
 from hotswap.execution_graph.events import batch_events, events_stream, graph_batch_cap
-from hotswap.execution_graph.task_slots import SHUFFLE_PARTITIONS, leave_a_slot
+from hotswap.execution_graph.task_slots import SHUFFLE_PARTITIONS, leave_a_slot, tasks_may_run_twice
 from hotswap.execution_graph.user_query import apply_query, prepare_query
 
 __all__ = ["GraphQuery", "GraphRunner", "claim_checkpoint", "events_stream"]
@@ -126,8 +127,12 @@ class GraphRunner:
         kafka: KafkaSettings,
         rules: QueryRules,
         timeouts: Timeouts,
+        rewrites: Callable[[], Iterable[Rewrite]] | None = None,
     ) -> None:
         self._spark = spark
+        # What closing graphs learn of replayed service batches (contract.rewrites); None: every
+        # window is deduplicated.
+        self._rewrites = rewrites
         self._pipeline = pipeline
         self._kafka = kafka
         self._rules = rules
@@ -170,7 +175,11 @@ class GraphRunner:
             compute(batch_events(session, record.reads))
             files = CheckpointDir(self._spark, str(checkpoint))
             name = self._pipeline.names.graph_query(record.query_id)
-            closer = WindowCloser(self._kafka, record, compute, writer, files, name, query_tasks=query_tasks)
+            # Where Spark may run a task of the service graph's write twice, no replay is recorded.
+            rewrites = None if tasks_may_run_twice(session) else self._rewrites
+            closer = WindowCloser(
+                self._kafka, record, compute, writer, files, name, query_tasks=query_tasks, rewrites=rewrites
+            )
             closing = ClosingQuery(
                 session,
                 name=name,

@@ -29,6 +29,7 @@ from hotswap.contract.envelope import REASON_CODE_HEADER, REASON_HEADER, ROUTE_H
 from hotswap.contract.models import Destination, RoutingPlan
 from hotswap.contract.settings import KafkaSettings, PipelineSettings
 from hotswap.contract.windows import format_duration_ms
+from hotswap.service_graph.errors import ServiceGraphError
 from hotswap.service_graph.reading import sql_str
 from hotswap.service_graph.routing import PartitionBatchStats
 
@@ -66,6 +67,12 @@ def route_and_write(
 ) -> BatchStats:
     """Route the batch's records (from reading.Reading.read) by `plan`, write them, and return
     the batch's statistics. `partitions`: how many partitions the source topic has."""
+    topics = [d.topic for d in plan.destinations]
+    if len(set(topics)) != len(topics):
+        # A row would reach one topic twice, and only replays' rewrites are deduplicated (contract.rewrites).
+        raise ServiceGraphError(
+            f"batch {plan.batch_id}: two destinations share a topic ({topics}); this is a bug in hotswap"
+        )
     routed = _classified(read, plan, pipeline)
     observation = Observation(OBSERVATION)
     observed = routed.observe(observation, *_statistics(plan.destinations, partitions))

@@ -53,6 +53,13 @@ from hotswap.contract.outages import KAFKA, OUTAGES
 from hotswap.contract.phases import Driver, Wait, driven_by
 from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.records import read_current, read_graphs_named, read_service_state
+from hotswap.contract.rewrites import (
+    Rewrite,
+    queue_no_rewrite,
+    queue_recording_begins,
+    queue_rewrite,
+    read_rewrites,
+)
 from hotswap.contract.settings import KafkaSettings, PipelineSettings, RecoverySettings, Timeouts
 from hotswap.contract.source import SourceFormat, SourceSpec
 from hotswap.contract.windows import Windowing, buffer_start, reached_cut
@@ -153,6 +160,7 @@ class ServiceGraph:
             raise ServiceGraphError("the service graph was started without its source; this is a bug in hotswap")
         pipeline = self._pipeline
         self._partitions = self._source.partition_count()
+        self._begin_recording_rewrites()
         records = (
             self._spark.readStream.format("kafka")
             .options(**self._kafka.spark_kafka_options())
@@ -278,12 +286,17 @@ class ServiceGraph:
                 batch = batch.persist()
             try:
                 with stages.timed(name, "plan"):
-                    plan = self._plan(batch_id, state, batch)
+                    plan, replayed = self._plan(batch_id, state, batch)
+                if replayed:
+                    # Its first attempt may have written rows: the closing graphs deduplicate them.
+                    self._record_rewrite(batch_id, Rewrite(since_ms=plan.late_before))
                 read = self._reading(plan).read(batch)
                 if self._fence is not None:
                     self._fence.verify(self._redis)  # again, right before the first row is written
                 with stages.timed(name, "route_and_write"):
                     stats = route_and_write(read, plan, self._pipeline, self._kafka, self._partitions)
+                if replayed:
+                    self._close_rewrite(batch_id, plan, stats)
             finally:
                 if first:
                     batch.unpersist()
@@ -326,12 +339,13 @@ class ServiceGraph:
         assert isinstance(schema, T.StructType)
         return schema
 
-    def _plan(self, batch_id: int, state: ServiceState, batch: DataFrame) -> RoutingPlan:
+    def _plan(self, batch_id: int, state: ServiceState, batch: DataFrame) -> tuple[RoutingPlan, bool]:
+        """The batch's routing plan, and whether it is replayed (its plan was written before)."""
         raw = self._redis.get(self._keys.routing_plan(batch_id))
         if raw is not None:
             plan = RoutingPlan.model_validate_json(raw)
             log.info("replaying routing plan", batch=batch_id, target=plan.target_query)
-            return plan
+            return plan, True
         swaps = self._move_on(self._journal.open(), state, batch_id)
         plan = self._next_plan(batch_id, state, swaps)
         median = median_event_time(self._reading(plan).read(batch)) if state.watermark is None else None
@@ -342,7 +356,32 @@ class ServiceGraph:
             pipe.delete(self._keys.routing_plan(batch_id - PLANS_KEPT))
 
         fenced_write(self._redis, self._fence, queue)
-        return plan
+        return plan, False
+
+    def _begin_recording_rewrites(self) -> None:
+        """Once per namespace, before its first batch on a build that records replays: rows an earlier
+        build routed may hold a replay's duplicates no record names, so one record holds them all."""
+        if self._redis.exists(self._keys.rewrites_recorded):
+            return
+        latest = [p.event_time for p in self._load_state().partitions.values() if p.event_time is not None]
+        held = read_rewrites(self._redis, self._keys)
+        routed = max(latest) if latest else None
+        fenced_write(self._redis, self._fence, lambda pipe: queue_recording_begins(pipe, self._keys, routed, held))
+
+    def _record_rewrite(self, batch_id: int, rewrite: Rewrite) -> None:
+        """Record (or replace) batch `batch_id`'s rewrite, in one fenced write."""
+        held = read_rewrites(self._redis, self._keys)
+        fenced_write(self._redis, self._fence, lambda pipe: queue_rewrite(pipe, self._keys, batch_id, rewrite, held))
+
+    def _close_rewrite(self, batch_id: int, plan: RoutingPlan, stats: BatchStats) -> None:
+        """A replayed batch's rows are written: its rewrite ends at the latest event time it routed
+        (both attempts read the same records), or is no rewrite if it routed no row to a graph."""
+        latest = [s.max_event_time for s in stats.partitions if s.max_event_time is not None]
+        if not latest:
+            fenced_write(self._redis, self._fence, lambda pipe: queue_no_rewrite(pipe, self._keys, batch_id))
+            return
+        self._record_rewrite(batch_id, Rewrite(since_ms=plan.late_before, until_ms=max(latest)))
+        log.info("replayed batch rewrote rows", batch=batch_id, since_ms=plan.late_before, until_ms=max(latest))
 
     # The swaps read per batch and per tick are the open ones (the journal's index), and the graphs
     # those name: what routing needs, and reads that do not grow with the namespace's history

@@ -28,6 +28,7 @@ from hotswap.contract.names import DEAD_LETTER, DEAD_LETTER_RECORDS, ROUTED, SKI
 from hotswap.contract.ownership import OwnershipReader
 from hotswap.contract.reasons import ReasonCode
 from hotswap.contract.records import read_current, read_graphs, read_graphs_named
+from hotswap.contract.rewrites import read_rewrites
 from hotswap.contract.settings import KafkaSettings, PipelineSettings, QueryRules, RecoverySettings, Timeouts
 from hotswap.contract.sink import SinkKind
 from hotswap.contract.source import SourceFormat, SourceSpec
@@ -75,7 +76,9 @@ class Graphs:
         self._redis = client
         self._keys = Keys(pipeline.names.namespace)
         self._topics = topics
-        self.runner = GraphRunner(spark, pipeline, kafka, queries, timeouts)
+        self.runner = GraphRunner(
+            spark, pipeline, kafka, queries, timeouts, rewrites=lambda: read_rewrites(client, self._keys).values()
+        )
         self._restarts: dict[str, RestartBudget] = {}
         self._namespace_source: SourceSpec | None = None  # set when the executor starts (namespace_source)
         # The source topic's partitions when the executor started: a closing graph's topic has as

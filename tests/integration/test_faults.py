@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 from hotswap.contract.journal import SwapPhase, SwapRecord
 from hotswap.contract.models import GraphState
 from hotswap.contract.names import Keys
+from hotswap.contract.rewrites import read_rewrites
 from hotswap.contract.settings import Settings
 from hotswap.execution_graph.source import load_query_source
 from hotswap.executor.errors import SubmitRejected
@@ -136,6 +137,10 @@ def test_a_batch_killed_mid_write_is_replayed_and_counted_once(
     ]
     ids = [(int(route[1]), int(route[2])) for route in routes if route[0] == "data"]
     assert len(ids) > len(set(ids)), "the replayed batch should have written some rows twice"
+    # The replay recorded its rows' event times (the closing graph deduplicates the windows they reach).
+    rewrites = read_rewrites(control, keys)
+    assert rewrites, "the replayed batch should have recorded its rewrite"
+    assert all(r.until_ms is not None for r in rewrites.values()), rewrites
     results = read_results(settings.kafka, settings.sink_topic)
     assert_invariants(results, truth.on_time, VERSIONS[:1], [], truth.closed_until, allow_redelivery=True)
 
