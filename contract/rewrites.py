@@ -10,8 +10,9 @@ from which event time its rows can be (the plan's late bound) and, once they are
 which (the latest event time it routed). A closing graph deduplicates the rows of the windows it
 closes only where a rewrite reaches them.
 
-Where Spark retries tasks itself (on a cluster, or with speculation), a task may write its rows twice
-within one batch and no replay is recorded: there a closing graph always deduplicates.
+Where Spark may run a task twice itself (execution_graph.task_slots.runs_tasks_twice names where: a
+cluster, `local[N,F]`, speculation, the web UI's kill link), a task may write its rows twice within
+one batch and no replay is recorded: there a closing graph always deduplicates.
 
 The records are a Redis hash (`Keys.rewrites`), service batch id -> Rewrite. At most REWRITES_KEPT
 are kept: the two oldest are merged into one that spans both, so a record is never lost, only made

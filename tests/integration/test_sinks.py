@@ -6,6 +6,7 @@ with delta-rs (the `deltalake` package), not with the Spark that wrote it."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,13 +20,14 @@ from pyspark.sql import SparkSession
 
 from hotswap.contract.journal import SwapRecord
 from hotswap.contract.names import Keys
+from hotswap.contract.ownership import OwnedWindows
 from hotswap.contract.settings import Settings
 from hotswap.executor.operator.client import Client
 from hotswap.executor.tools.generator import GeneratorSpec
 from hotswap.service_sink.audit import Result
 from hotswap.service_sink.errors import SinkSchemaConflict
 from hotswap.service_sink.postgres import PostgresTable
-from hotswap.service_sink.results import ResultWriter
+from hotswap.service_sink.results import ResultWriter, _owned_condition
 from tests.conftest import wait_until
 from tests.integration.harness import REPO, ExecutorProcess, changed, committed_watermark, continuous_load, final_graph
 from tests.integration.oracle import Truth, Version, assert_invariants, count_and_total, peak_and_low, settle
@@ -148,3 +150,32 @@ def test_a_swap_into_delta_lake_with_the_executor_killed_after_a_commit_writes_e
     assert {"n", "total", "peak", "low"} <= set(rows[0])
     # No duplicate (version, window, group): the oracle refuses a second row under one identity.
     assert_invariants(as_results(rows), truth.on_time, VERSIONS, [truth.cut(done)], truth.closed_until)
+
+
+def test_a_graph_keeps_the_windows_it_owns_and_a_cut_moves_only_the_numbers_in_its_plan(spark: SparkSession) -> None:
+    """The results writer keeps the windows a graph owns by window end: (after, through], either side
+    open. A cut turns the old graph's (after, None] into (after, W]; the filter's text then differs only
+    in its numbers, so Spark serves the code it compiled (contract/batch_constants.py) and the old
+    graph's drain compiles nothing."""
+    ends = [T0 + 10_000 * i for i in range(1, 9)]
+    frame = spark.createDataFrame(
+        [(datetime.fromtimestamp((end - 10_000) / 1000, UTC), datetime.fromtimestamp(end / 1000, UTC)) for end in ends],
+        "window_start TIMESTAMP, window_end TIMESTAMP",
+    )
+    after, cut = ends[1], ends[5]
+
+    def kept(*ranges: tuple[int | None, int | None]) -> list[int]:
+        rows = frame.where(_owned_condition(OwnedWindows(ranges))).collect()
+        return sorted(int(row["window_end"].timestamp() * 1000) for row in rows)
+
+    assert kept((None, None)) == ends
+    assert kept((after, None)) == ends[2:]
+    assert kept((after, cut)) == ends[2:6]
+    assert kept((cut, None)) == ends[6:]
+    assert kept((None, after), (cut, None)) == ends[:2] + ends[6:]
+    assert kept() == []
+
+    def text(after_ms: int | None, through_ms: int | None) -> str:
+        return re.sub(r"\d{4,}", "N", str(_owned_condition(OwnedWindows(((after_ms, through_ms),)))))
+
+    assert text(after, None) == text(after, cut) == text(cut, None)
