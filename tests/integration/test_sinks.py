@@ -155,8 +155,8 @@ def test_a_swap_into_delta_lake_with_the_executor_killed_after_a_commit_writes_e
 def test_a_graph_keeps_the_windows_it_owns_and_a_cut_moves_only_the_numbers_in_its_plan(spark: SparkSession) -> None:
     """The results writer keeps the windows a graph owns by window end: (after, through], either side
     open. A cut turns the old graph's (after, None] into (after, W]; the filter's text then differs only
-    in its numbers, so Spark serves the code it compiled (contract/batch_constants.py) and the old
-    graph's drain compiles nothing."""
+    in its numbers, which is what lets Spark serve the code it compiled (contract/batch_constants.py)
+    in the old graph's drain."""
     ends = [T0 + 10_000 * i for i in range(1, 9)]
     frame = spark.createDataFrame(
         [(datetime.fromtimestamp((end - 10_000) / 1000, UTC), datetime.fromtimestamp(end / 1000, UTC)) for end in ends],
@@ -179,3 +179,4 @@ def test_a_graph_keeps_the_windows_it_owns_and_a_cut_moves_only_the_numbers_in_i
         return re.sub(r"\d{4,}", "N", str(_owned_condition(OwnedWindows(((after_ms, through_ms),)))))
 
     assert text(after, None) == text(after, cut) == text(cut, None)
+    assert text(None, None) == text(None, cut)  # the first graph's cut
