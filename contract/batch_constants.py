@@ -2,7 +2,8 @@
 
 hotswap's plans change from batch to batch only in a few numbers: the service graph's watermark, its
 limit for events too far ahead and each destination's event-time range (service_graph/frames.py),
-the windows a closing graph's job closes and the buckets it watches (execution_graph/closing.py).
+the windows a closing graph's job closes and the buckets it watches (execution_graph/closing.py),
+and the bounds of the windows a graph owns when its results are written (service_sink/results.py).
 Written as plain literals, Spark inlines each long into the code it generates, so every batch
 compiles its code anew (about 180 ms a batch for the service graph; 45 compilations and 1.3 s of
 driver time in one closing drain of 200,000 events, measured). `batch_long(n)` is instead
