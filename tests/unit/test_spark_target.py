@@ -119,3 +119,15 @@ def test_a_driver_maps_in_the_class_data_archive_only_when_stack_fetch_dumped_on
     options = session_conf(settings.spark)["spark.driver.extraJavaOptions"]
     assert f"-XX:SharedArchiveFile={archive}" in options
     assert "-XX:+UseSerialGC" in options  # the archive is for the driver's own GC
+
+
+def test_local_checkpoints_are_written_without_forking_and_an_object_store_keeps_sparks_default() -> None:
+    key = "spark.sql.streaming.checkpointFileManagerClass"
+    local = session_conf(Settings().spark)
+    assert local[key].endswith(".FileSystemBasedCheckpointFileManager")
+    on_s3 = session_conf(Settings(checkpoint_root="s3a://bucket/hotswap").spark)
+    assert key not in on_s3
+    assert on_s3["spark.hadoop.fs.s3a.path.style.access"] in ("true", "false")
+    # An operator's own conf still wins.
+    pinned = session_conf(Settings(spark_conf={key: "com.example.Manager"}).spark)
+    assert pinned[key] == "com.example.Manager"
