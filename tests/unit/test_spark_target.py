@@ -3,10 +3,12 @@ at start with one line, before the executor touches Redis (README, "Running on a
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 from typing import Any, NoReturn
 
 import fakeredis
+import pyspark
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -14,7 +16,13 @@ from typer.testing import CliRunner
 from hotswap.contract.errors import ConfigError
 from hotswap.contract.settings import Settings, SparkSettings, load_settings
 from hotswap.executor.control import spark_session
-from hotswap.executor.control.spark_session import check_spark_target, class_archive, is_local_master, session_conf
+from hotswap.executor.control.spark_session import (
+    LOCAL_CHECKPOINT_CONF,
+    check_spark_target,
+    class_archive,
+    is_local_master,
+    session_conf,
+)
 from hotswap.executor.errors import SparkConnectUnsupported
 from hotswap.executor.operator import cli, client
 
@@ -121,13 +129,23 @@ def test_a_driver_maps_in_the_class_data_archive_only_when_stack_fetch_dumped_on
     assert "-XX:+UseSerialGC" in options  # the archive is for the driver's own GC
 
 
-def test_local_checkpoints_are_written_without_forking_and_an_object_store_keeps_sparks_default() -> None:
+def test_checkpoints_on_this_machine_are_renamed_without_forks_and_elsewhere_keep_sparks_default() -> None:
     key = "spark.sql.streaming.checkpointFileManagerClass"
     local = session_conf(Settings().spark)
-    assert local[key].endswith(".FileSystemBasedCheckpointFileManager")
+    assert local[key] == LOCAL_CHECKPOINT_CONF[key]
     on_s3 = session_conf(Settings(checkpoint_root="s3a://bucket/hotswap").spark)
     assert key not in on_s3
     assert on_s3["spark.hadoop.fs.s3a.path.style.access"] in ("true", "false")
+    # On a cluster a path without a scheme may be HDFS's, whose rename does not replace a file.
+    assert key not in session_conf(Settings(spark_master="spark://10.0.0.5:7077").spark)
     # An operator's own conf still wins.
     pinned = session_conf(Settings(spark_conf={key: "com.example.Manager"}).spark)
     assert pinned[key] == "com.example.Manager"
+
+
+def test_the_checkpoint_file_manager_named_is_in_the_pinned_spark() -> None:
+    # Its package moved between Spark versions; a name that does not load fails every query at start.
+    jars = Path(pyspark.__file__).parent / "jars"
+    name = LOCAL_CHECKPOINT_CONF["spark.sql.streaming.checkpointFileManagerClass"].replace(".", "/") + ".class"
+    holders = [jar for jar in jars.glob("spark-sql_*.jar") if name in zipfile.ZipFile(jar).namelist()]
+    assert holders, f"{name} is in no spark-sql jar under {jars}"
