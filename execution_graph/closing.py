@@ -5,8 +5,9 @@ passed the window, an end-of-window marker into every partition of that topic. S
 no Spark watermark and no state store to know a window is complete: it notices the markers.
 
 After each batch the graph knows, from the route headers of the rows the batch read (never their
-values), per graph partition the highest marker read so far and the first offset of the rows of
-each open event-time bucket (a bucket is one slide of the query's windows). The graph may close
+values), per graph partition the highest marker read so far and where the rows of each open
+event-time bucket begin (a bucket is one slide of the query's windows): the first row's offset, or
+an offset before it for buckets past what a close job watched one by one (HeaderWatch). The graph may close
 through the **minimum** over all its partitions of their highest markers (the "one watermark" rule,
 kept here instead of by Spark's max-based watermark, so a skewed partition, an empty one or a row
 cap never closes a window early); a marker the service graph's producer saw every partition take
@@ -89,7 +90,10 @@ class PartitionRead:
 
     partition: int
     marker: int | None = None  # the highest marker position read (a window ending at or before it is closed)
-    first_offsets: Mapping[int, int] = field(default_factory=dict)  # bucket start (ms) -> first data row's offset
+    # bucket start (ms) -> an offset at or before the bucket's first data row at or after `since`: the first
+    # row's own offset, or, for buckets past what a closing job watched, the first of all those rows'
+    first_offsets: Mapping[int, int] = field(default_factory=dict)
+    since: int | None = None  # the read saw every row of the partition from this offset on (None: unknown)
 
 
 @dataclass(frozen=True)
@@ -99,7 +103,8 @@ class ClosingState:
     batch_id: int = -1
     closed_through: int | None = None  # every window ending at or before this has been emitted
     markers: Mapping[int, int] = field(default_factory=dict)  # partition -> highest marker position read
-    # bucket start (ms) -> partition -> offset of the first data row of that bucket, for open buckets
+    # bucket start (ms) -> partition -> an offset at or before the first data row of that bucket (its own
+    # offset unless the bucket lay past what a closing job watched: HeaderWatch), for open buckets
     first_offsets: Mapping[int, Mapping[int, int]] = field(default_factory=dict)
     # partition -> [from, to): rows a batch that closed windows left for the next batch's headers pass
     unread: Mapping[int, tuple[int, int]] = field(default_factory=dict)
@@ -209,7 +214,8 @@ def advance(
             markers[read.partition] = max(read.marker, markers.get(read.partition, read.marker))
         for bucket, offset in read.first_offsets.items():
             parts = first.setdefault(bucket, {})
-            parts[read.partition] = min(offset, parts.get(read.partition, offset))
+            known = parts.get(read.partition)
+            parts[read.partition] = _first_offset(known, offset, read.since)
     closed = state.closed_through
     if through is not None and (closed is None or through > closed):
         closed = through
@@ -218,6 +224,20 @@ def advance(
         # duplicates may bring its rows again after the marker: they belong to closed windows).
         first = {b: parts for b, parts in first.items() if _needed(b, closed, None, windowing)}
     return ClosingState(batch_id, closed, markers, first, dict(unread or {}))
+
+
+def _first_offset(known: int | None, read: int, since: int | None) -> int:
+    """Where a bucket's rows begin in a partition, from what was `known` (at or before the bucket's
+    first row: each offset's header is learnt once, in order) and what a read that saw every row from
+    `since` on says (`read`: at or before the bucket's first row at or after `since`). A read that
+    began at or before `known` began before every row of the bucket, so `read` is at or before its
+    first row too, and the larger of the two is the closer bound (exact where the read's is).
+    Otherwise the bucket may have begun before the read, and only `known` is sure."""
+    if known is None:
+        return read
+    if since is not None and since <= known:
+        return max(known, read)
+    return min(known, read)
 
 
 def _needed(bucket: int, after: int | None, through: int | None, windowing: Windowing) -> bool:
@@ -236,13 +256,19 @@ class HeaderWatch:
     through `through` (`buckets`: the first open one and those after it, up to two windows past
     `through`). So a batch that closes windows needs no headers pass of its own.
 
+    Rows of buckets past the watched ones (a backlog's batch spans more windows than it closes) are
+    watched together: their first offset and their last bucket. Every bucket on the grid up to that
+    one takes that offset, at or before its own first row: a later job that closes it reads from
+    there, and the first job whose range begins at or before it learns the bucket's own (advance).
+
     The job's metrics are trusted only if they saw every offset of its `ranges` (a user's query
-    that ran an action of its own over part of the rows completes the observation early), and no
-    data row of a bucket after the watched ones (a row far ahead): else the batch reads the
-    headers as before (`reads` answers None)."""
+    that ran an action of its own over part of the rows completes the observation early), and the
+    rows ahead span at most MAX_AHEAD_BUCKETS buckets (not a jump far ahead): else the batch reads
+    the headers as before (`reads` answers None)."""
 
     ranges: Mapping[int, tuple[int, int]]
     buckets: tuple[int, ...]
+    slide_ms: int  # the buckets' width: the rows ahead fill the grid past the watched ones
 
     @classmethod
     def for_closing(cls, closing: Closing, windowing: Windowing) -> HeaderWatch | None:
@@ -253,9 +279,9 @@ class HeaderWatch:
         below = through - windowing.size_ms
         first = below - below % slide + slide
         buckets = tuple(range(first, through + 2 * windowing.size_ms, slide))
-        if len(closing.offsets) * (len(buckets) + 3) > MAX_WATCHED_AGGREGATES:
+        if len(closing.offsets) * (len(buckets) + 4) > MAX_WATCHED_AGGREGATES:
             return None
-        return cls(dict(closing.offsets), buckets)
+        return cls(dict(closing.offsets), buckets, slide)
 
     def aggregates(self) -> list[str]:
         """SQL aggregates over rows with `partition`, `offset`, `_kind` and `_bucket` (or null)."""
@@ -268,10 +294,9 @@ class HeaderWatch:
                 f"max(CASE WHEN {mine} AND _kind = 'marker' THEN _t - {GRAPH_WATERMARK_DELAY_MS} END) "
                 f"AS marker_{partition}"
             )
-            exprs.append(
-                f"count(CASE WHEN {mine} AND {data} AND _bucket > {batch_long(self.buckets[-1])} THEN 1 END) "
-                f"AS ahead_{partition}"
-            )
+            ahead = f"{mine} AND {data} AND _bucket > {batch_long(self.buckets[-1])}"
+            exprs.append(f"min(CASE WHEN {ahead} THEN offset END) AS ahead_first_{partition}")
+            exprs.append(f"max(CASE WHEN {ahead} THEN _bucket END) AS ahead_last_{partition}")
             exprs += [
                 f"min(CASE WHEN {mine} AND {data} AND _bucket = {batch_long(bucket)} THEN offset END) "
                 f"AS first_{partition}_{i}"
@@ -281,7 +306,8 @@ class HeaderWatch:
 
     def reads(self, metrics: Mapping[str, Any], needed: Mapping[int, tuple[int, int]]) -> list[PartitionRead] | None:
         """The reads the metrics give, if the job saw every row of `needed` (partition -> [from, to):
-        the rows whose headers the batch must learn) and no row ahead of the watched buckets."""
+        the rows whose headers the batch must learn) and the rows ahead of the watched buckets span
+        at most MAX_AHEAD_BUCKETS slides."""
         for partition, (begin, end) in needed.items():
             if end <= begin:
                 continue
@@ -290,7 +316,7 @@ class HeaderWatch:
                 return None
         reads: list[PartitionRead] = []
         for partition, (begin, end) in self.ranges.items():
-            if metrics.get(f"rows_{partition}") != end - begin or metrics.get(f"ahead_{partition}") != 0:
+            if metrics.get(f"rows_{partition}") != end - begin:
                 return None
             marker = metrics.get(f"marker_{partition}")
             firsts = {
@@ -298,13 +324,23 @@ class HeaderWatch:
                 for i, bucket in enumerate(self.buckets)
                 if metrics.get(f"first_{partition}_{i}") is not None
             }
-            reads.append(PartitionRead(partition, None if marker is None else int(marker), firsts))
+            ahead_first, ahead_last = metrics.get(f"ahead_first_{partition}"), metrics.get(f"ahead_last_{partition}")
+            if ahead_first is not None and ahead_last is not None:
+                ahead = range(self.buckets[-1] + self.slide_ms, int(ahead_last) + 1, self.slide_ms)
+                if len(ahead) > MAX_AHEAD_BUCKETS:
+                    return None
+                firsts |= dict.fromkeys(ahead, int(ahead_first))
+            reads.append(PartitionRead(partition, None if marker is None else int(marker), firsts, since=begin))
         return reads
 
 
-# At most this many aggregates in a watch (three per partition read, and one per partition and
+# At most this many aggregates in a watch (four per partition read, and one per partition and
 # watched bucket), each evaluated on every row the job reads; past it a headers pass costs less.
-MAX_WATCHED_AGGREGATES = 64
+# (12 partitions of tumbling windows, 8 of windows two slides long.)
+MAX_WATCHED_AGGREGATES = 72
+# At most this many buckets past the watched ones take the rows ahead's first offset (a backlog's
+# batch of 40,000 rows spans a few windows); rows further on, a jump ahead, make a headers pass.
+MAX_AHEAD_BUCKETS = 256
 
 
 # -- the Spark side --------------------------------------------------------------------------------
@@ -399,7 +435,7 @@ class WindowCloser:
                 if offsets:
                     with stages.timed(self._name, "headers"):
                         raw = read_range(spark, self._kafka.spark_kafka_options(), self._record.topic, offsets)
-                        reads = self._reads(raw)
+                        reads = self._reads(raw, offsets)
             state = advance(previous, batch_id, reads, through, self._windowing, unread)
             # A replay of this batch closes the same windows from the same state before it, the same
             # rows and the same `through`; what it learnt of the headers may differ in form (watched,
@@ -427,9 +463,9 @@ class WindowCloser:
             return True
         return any(rewrite.reaches(since, through) for rewrite in self._rewrites())
 
-    def _reads(self, batch: DataFrame) -> list[PartitionRead]:
-        """Per graph partition: the highest marker and each bucket's first offset, in
-        one small aggregation over the batch's route headers (the values are never decoded)."""
+    def _reads(self, batch: DataFrame, offsets: Mapping[int, tuple[int, int]]) -> list[PartitionRead]:
+        """Per graph partition: the highest marker and each bucket's first offset, in one small
+        aggregation over the route headers of every row of `offsets` (the values are never decoded)."""
         slide = self._windowing.slide_ms
         rows = (
             batch.selectExpr(
@@ -448,7 +484,7 @@ class WindowCloser:
         by_partition: dict[int, PartitionRead] = {}
         for row in rows:
             partition = int(row["partition"])
-            read = by_partition.get(partition) or PartitionRead(partition=partition)
+            read = by_partition.get(partition) or PartitionRead(partition=partition, since=offsets[partition][0])
             if row["marker"] is not None:
                 marker = int(row["marker"])
                 read = replace(read, marker=marker if read.marker is None else max(marker, read.marker))

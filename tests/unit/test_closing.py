@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from py4j.protocol import Py4JError
 
 from hotswap.contract.windows import Windowing
 from hotswap.execution_graph.closing import (
+    MAX_AHEAD_BUCKETS,
     ClosingState,
     HeaderWatch,
     PartitionRead,
     _observed,
+    _spanning,
     advance,
     closable,
     closing_for,
@@ -153,7 +156,7 @@ def test_rows_a_closing_batch_left_unread_are_read_by_the_next_close_and_headers
 def _metrics(watch: HeaderWatch, **given: int | None) -> dict[str, int | None]:
     """Metrics as Spark returns them: every aggregate named, those not given as an empty read has them."""
     names = [e.rsplit(" AS ", 1)[1] for e in watch.aggregates()]
-    empty = {n: (0 if n.startswith(("rows_", "ahead_")) else None) for n in names}
+    empty = {n: (0 if n.startswith("rows_") else None) for n in names}
     return {**empty, **given}
 
 
@@ -171,12 +174,12 @@ def test_a_closing_job_watches_the_buckets_still_open_after_it() -> None:
 
 
 def test_what_a_closing_job_read_stands_for_a_headers_pass_of_its_rows() -> None:
-    watch = HeaderWatch({0: (3, 10), 1: (0, 4)}, (20_000, 30_000))
+    watch = HeaderWatch({0: (3, 10), 1: (0, 4)}, (20_000, 30_000), 10_000)
     metrics = _metrics(watch, rows_0=7, rows_1=4, marker_0=25_000, first_0_0=5, first_1_1=2)
     reads = watch.reads(metrics, needed={0: (6, 10), 1: (0, 4)})
     assert reads == [
-        PartitionRead(0, marker=25_000, first_offsets={20_000: 5}),
-        PartitionRead(1, marker=None, first_offsets={30_000: 2}),
+        PartitionRead(0, marker=25_000, first_offsets={20_000: 5}, since=3),
+        PartitionRead(1, marker=None, first_offsets={30_000: 2}, since=0),
     ]
     state = advance(ClosingState(closed_through=10_000), 4, reads or [], 20_000, TUMBLING)
     assert state.first_offsets == {20_000: {0: 5}, 30_000: {1: 2}}
@@ -184,17 +187,126 @@ def test_what_a_closing_job_read_stands_for_a_headers_pass_of_its_rows() -> None
 
 
 def test_a_closing_job_that_did_not_see_every_row_it_must_learn_leaves_the_headers_to_a_pass() -> None:
-    watch = HeaderWatch({0: (3, 10)}, (20_000, 30_000))
+    watch = HeaderWatch({0: (3, 10)}, (20_000, 30_000), 10_000)
     complete = _metrics(watch, rows_0=7)
     assert watch.reads(complete, needed={0: (3, 10)}) is not None
     # A query's own action over part of the rows completed the observation early.
     assert watch.reads(_metrics(watch, rows_0=2), needed={0: (3, 10)}) is None
-    # A row of a bucket past the watched ones: its first offset would be lost.
-    assert watch.reads(_metrics(watch, rows_0=7, ahead_0=1), needed={0: (3, 10)}) is None
+    # Rows far ahead (a jump in event time): more buckets past the watched ones than a watch covers.
+    jump = _metrics(watch, rows_0=7, ahead_first_0=9, ahead_last_0=30_000 + (MAX_AHEAD_BUCKETS + 1) * 10_000)
+    assert watch.reads(jump, needed={0: (3, 10)}) is None
     # Rows the batch must learn that the job did not read: another partition, or before its range.
     assert watch.reads(complete, needed={0: (3, 10), 1: (0, 5)}) is None
     assert watch.reads(complete, needed={0: (1, 10)}) is None
     assert watch.reads(complete, needed={0: (3, 10), 1: (5, 5)}) is not None  # nothing to learn there
+
+
+def test_rows_past_the_watched_buckets_begin_no_later_than_the_first_of_them_and_a_later_read_finds_their_own() -> None:
+    watch = HeaderWatch({0: (3, 20)}, (20_000, 30_000), 10_000)
+    # A backlog's batch: rows of the buckets 40 s and 50 s, the first of them at offset 12.
+    metrics = _metrics(watch, rows_0=17, first_0_0=3, first_0_1=8, ahead_first_0=12, ahead_last_0=50_000)
+    reads = watch.reads(metrics, needed={0: (3, 20)})
+    assert reads == [
+        PartitionRead(0, first_offsets={20_000: 3, 30_000: 8, 40_000: 12, 50_000: 12}, since=3),
+    ]
+    state = advance(ClosingState(closed_through=20_000), 0, reads or [], None, TUMBLING)
+    assert state.first_offsets[50_000] == {0: 12}
+    # A later job whose range begins before 12 watches 40 s and 50 s themselves: 50 s begins at 16.
+    state = advance(state, 1, [PartitionRead(0, first_offsets={40_000: 12, 50_000: 16}, since=8)], 40_000, TUMBLING)
+    assert state.first_offsets == {40_000: {0: 12}, 50_000: {0: 16}}
+    # A read that began after a bucket's first row cannot move it.
+    state = advance(state, 2, [PartitionRead(0, first_offsets={50_000: 30}, since=25)], None, TUMBLING)
+    assert state.first_offsets[50_000] == {0: 16}
+
+
+def test_no_row_of_a_closing_window_lies_before_where_its_job_reads() -> None:
+    """Backlogs read in batches that each span several windows, over one to three partitions: event
+    times in order or out of order by up to two seconds, now and then a jump ahead or a row written
+    twice (a replayed service batch), each batch closing as far as every partition's rows allow, or
+    less, or nothing, through the same branches as WindowCloser.run (watch, rows left unread, headers
+    pass). Every recorded first offset stays at or before its bucket's first row, and every close
+    job's range starts at or before every row of the windows it closes (an oracle over the rows)."""
+    rng = random.Random(29)
+    for trial in range(80):
+        windowing = (TUMBLING, SLIDING)[trial % 2]
+        partitions = rng.randint(1, 3)
+        disorder = rng.choice((0, 0, 200, 2_000))
+        rows = [_backlog(rng, disorder) for _ in range(partitions)]
+        _replay_backlog(rows, rng.choice((200, 500, 1_200)), windowing, rng)
+
+
+def _backlog(rng: random.Random, disorder: int) -> list[int]:
+    """One partition's event times, by offset."""
+    times: list[int] = []
+    t = 0
+    while len(times) < 2_000:
+        t += rng.randint(0, 40)
+        if rng.random() < 0.002:
+            t += rng.choice((35_000, 90_000, 4_000_000))  # a jump ahead, sometimes past what a watch spans
+        times.append(max(0, t - rng.randint(0, disorder)))
+        if rng.random() < 0.01:
+            times.extend(rng.sample(times[-50:], k=min(5, len(times))))  # rows written again
+    return times
+
+
+def _replay_backlog(rows: list[list[int]], cap: int, windowing: Windowing, rng: random.Random) -> None:
+    slide, size = windowing.slide_ms, windowing.size_ms
+    buckets = [[t - t % slide for t in times] for times in rows]
+    firsts_of = [{b: buckets[p].index(b) for b in set(buckets[p])} for p in range(len(rows))]
+    state, start = ClosingState(), dict.fromkeys(range(len(rows)), 0)
+    while any(start[p] < len(times) for p, times in enumerate(rows)):
+        end = {p: min(len(times), start[p] + cap) for p, times in enumerate(rows)}
+        # As far as the markers let it close: every row of the windows closed is before `end`.
+        complete = min(
+            (min(times[end[p] :], default=max(times) + size) // slide * slide for p, times in enumerate(rows)),
+        )
+        through: int | None = complete
+        if state.closed_through is not None and rng.random() < 0.6:  # markers not known yet: close less, or none
+            through = min(complete, state.closed_through + rng.randint(0, 3) * slide)
+        offsets = {p: (start[p], end[p]) for p in end if end[p] > start[p]}
+        watched: list[PartitionRead] | None = None
+        if through is not None and (state.closed_through is None or through > state.closed_through):
+            closing = closing_for(state, through, start, end, windowing)
+            since = None if closing.after is None else closing.after + slide - size
+            for p, times in enumerate(rows):
+                owed = [o for o in range(end[p]) if (since is None or times[o] >= since) and times[o] < through]
+                if owed:
+                    assert closing.offsets[p][0] <= min(owed), (closing, p, min(owed))
+            watch = HeaderWatch.for_closing(closing, windowing)
+            if watch is not None and rng.random() < 0.9:  # else: the observation came back incomplete
+                metrics: dict[str, int | None] = {}
+                for p, (begin, stop) in closing.offsets.items():
+                    seen = range(begin, stop)
+                    metrics[f"rows_{p}"] = len(seen)
+                    for i, bucket in enumerate(watch.buckets):
+                        mine = [o for o in seen if buckets[p][o] == bucket]
+                        metrics[f"first_{p}_{i}"] = min(mine) if mine else None
+                    ahead = [o for o in seen if buckets[p][o] > watch.buckets[-1]]
+                    metrics[f"ahead_first_{p}"] = min(ahead) if ahead else None
+                    metrics[f"ahead_last_{p}"] = max(buckets[p][o] for o in ahead) if ahead else None
+                watched = watch.reads(metrics, _spanning(state.unread, offsets))
+        else:
+            through = None
+        reads: list[PartitionRead] = []
+        unread: dict[int, tuple[int, int]] = {}
+        if watched is not None:
+            reads = watched
+        elif through is not None and not state.unread:
+            unread = offsets
+        else:
+            for p, (begin, _) in state.unread.items():
+                offsets[p] = (min(begin, offsets.get(p, (begin, 0))[0]), end[p])
+            for p, (begin, stop) in offsets.items():
+                firsts: dict[int, int] = {}
+                for o in range(begin, stop):
+                    firsts.setdefault(buckets[p][o], o)
+                reads.append(PartitionRead(p, first_offsets=firsts, since=begin))
+        state = advance(state, 0, reads, through, windowing, unread)
+        for bucket, parts in state.first_offsets.items():
+            for p, offset in parts.items():
+                first = firsts_of[p].get(bucket)
+                assert first is None or offset <= first, (bucket, p, offset, first)
+        start = end
 
 
 class _Future:

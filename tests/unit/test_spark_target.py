@@ -147,5 +147,9 @@ def test_the_checkpoint_file_manager_named_is_in_the_pinned_spark() -> None:
     # Its package moved between Spark versions; a name that does not load fails every query at start.
     jars = Path(pyspark.__file__).parent / "jars"
     name = LOCAL_CHECKPOINT_CONF["spark.sql.streaming.checkpointFileManagerClass"].replace(".", "/") + ".class"
-    holders = [jar for jar in jars.glob("spark-sql_*.jar") if name in zipfile.ZipFile(jar).namelist()]
+    holders = []
+    for jar in jars.glob("spark-sql_*.jar"):
+        with zipfile.ZipFile(jar) as archive:
+            if name in archive.namelist():
+                holders.append(jar)
     assert holders, f"{name} is in no spark-sql jar under {jars}"
