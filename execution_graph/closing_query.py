@@ -190,6 +190,7 @@ class ClosingQuery:
         cap: int | None,
         slide_ms: int,
         retry_deadline_s: float,
+        on_commit: Callable[[], None] | None = None,
     ) -> None:
         self._session = session
         self._name = name
@@ -202,6 +203,7 @@ class ClosingQuery:
         self._cap = cap
         self._slide_ms = slide_ms
         self._retry_deadline_s = retry_deadline_s  # how long Kafka may not answer the loop's look
+        self._on_commit = on_commit  # told once each batch is committed and reported
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -456,6 +458,8 @@ class ClosingQuery:
                 "triggerExecution": round((done - began) * 1000),
             },
         )
+        if self._on_commit is not None:
+            self._on_commit()
         # Housekeeping after the report, which a swap's drain waits for: each delete is a round trip
         # to the checkpoint's file system.
         old = batch.batch_id - STATE_FILES_KEPT

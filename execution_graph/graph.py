@@ -145,6 +145,9 @@ class GraphRunner:
         self._closing: dict[str, ClosingQuery] = {}  # the closing graphs' queries, by query id
         self._watches: dict[str, BatchWatch] = {}  # each graph's batch in flight (batch_stall_timeout)
         self._stalls: dict[str, str] = {}  # graphs whose stalled batch was cancelled: why
+        # Set each time a closing graph commits a batch, so that a swap waiting for its old graph's
+        # last windows sees them at once rather than at its next look (executor's loop).
+        self.batch_committed = threading.Event()
 
     def start(self, record: GraphRecord, writer: BatchWriter) -> GraphQuery:
         """Start the graph's query now (or return it, if it runs), on the caller's thread."""
@@ -191,6 +194,7 @@ class GraphRunner:
                 cap=graph_batch_cap(self._pipeline),
                 slide_ms=record.windowing.slide_ms,
                 retry_deadline_s=self._timeouts.retry_deadline.s,
+                on_commit=self.batch_committed.set,
             )
             with self._lock:
                 self._closers[record.query_id] = closer

@@ -149,7 +149,9 @@ class Executor:
             self.ready.set()
             log.info("executor running", source=self.settings.source_topic, sink=str(self.settings.sink_spec))
             failing_since: float | None = None
+            committed = self.graphs.runner.batch_committed
             while not stop.is_set():
+                committed.clear()  # before the tick: a commit during it wakes the next wait at once
                 try:
                     self.tick()
                     failing_since = None
@@ -173,7 +175,10 @@ class Executor:
                         OUTAGES.down(KAFKA, error, retrying)
                     else:
                         log.warning("executor tick failed; retrying", error=error)
-                stop.wait(DRAIN_TICK_S if self._swaps.awaiting_output else TICK_S)
+                if self._swaps.awaiting_output:
+                    committed.wait(DRAIN_TICK_S)  # a closing graph's commit ends the wait
+                else:
+                    stop.wait(TICK_S)
         finally:
             self._shutdown()
 

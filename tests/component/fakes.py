@@ -125,6 +125,7 @@ class FakeRunner:
         # Each start (a resume's) waits here for the others: starts made one after another never pass it.
         self.start_together: threading.Barrier | None = None
         self.resume_fails: dict[str, str] = {}  # query id -> why its start (a resume's) fails
+        self.batch_committed = threading.Event()  # GraphRunner's: a closing graph committed a batch
 
     def start(self, record: GraphRecord, writer: object) -> None:
         self.started.append(record.query_id)

@@ -5,6 +5,7 @@ says a marker is written only once every partition took it (service_graph/kafka_
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,15 +88,21 @@ class _Files:
     def batch_ids(self, name: str) -> set[int]:
         return {int(n.rsplit("/", 1)[1]) for n in self.files if n.startswith(f"{name}/")}
 
+    def write_once(self, name: str, text: str) -> bool:
+        return self.files.setdefault(name, text) == text
 
-def _loop(files: dict[str, str] | None = None) -> ClosingQuery:
+    def delete(self, name: str) -> None:
+        self.files.pop(name, None)
+
+
+def _loop(files: dict[str, str] | None = None, on_commit: Callable[[], None] | None = None) -> ClosingQuery:
     """A closing graph's loop that is never started: no Spark, no Kafka, its checkpoint in `files`."""
     unused: Any = None
-    fake: Any = _Files(files or {})
+    fake: Any = _Files({} if files is None else files)
     return ClosingQuery(
         unused,
         name="g",
-        query_id="q",
+        query_id="6f1c2a3e-0000-4000-8000-000000000001",  # a Spark query id is a UUID
         topic="t",
         closer=unused,
         files=fake,
@@ -103,6 +110,7 @@ def _loop(files: dict[str, str] | None = None) -> ClosingQuery:
         cap=None,
         slide_ms=10_000,
         retry_deadline_s=1.0,
+        on_commit=on_commit,
     )
 
 
@@ -159,3 +167,30 @@ def test_a_graph_that_finds_rows_at_its_first_look_reads_their_headers_at_once()
     query = _loop()
     assert not query._waits(BatchRange(3, {0: 10}, {0: 40}), False, {0: 40})
     assert not query._waits(BatchRange(3, {0: 40}, {0: 40}), True, {0: 40}), "a range left unread waits"
+
+
+class _Closer:
+    """A WindowCloser that closes nothing: only the loop's own bookkeeping runs."""
+
+    def run(self, spark: object, batch_id: int, start: object, end: object, through: int | None) -> ClosingState:
+        return ClosingState(batch_id=batch_id)
+
+    def tidy(self, batch_id: int) -> None:
+        pass
+
+
+def test_a_committed_batch_tells_its_listener_once_its_progress_says_so() -> None:
+    """A swap's drain waits for the old graph's progress: the executor is woken by the commit, and
+    what it then reads must already hold the batch."""
+    files: dict[str, str] = {}
+    seen: list[int | None] = []
+
+    def told() -> None:
+        progress = query.lastProgress
+        seen.append(None if progress is None else progress.batchId)
+
+    query = _loop(files, on_commit=told)
+    query._closer = _Closer()  # type: ignore[assignment]
+    query._run(BatchRange(0, {0: 0}, {0: 4}, 20_000))
+    assert "commits/0" in files
+    assert seen == [0], "told once, after the batch's progress was reported"
