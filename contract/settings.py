@@ -123,6 +123,9 @@ SINK_PRODUCER_OPTIONS = {
 }
 
 
+RECONNECT_BACKOFF_MAX_MS = 1000
+
+
 class KafkaSettings(_Slice):
     """How a Kafka client (kafka-python's, or Spark's connector) reaches the brokers."""
 
@@ -138,6 +141,10 @@ class KafkaSettings(_Slice):
         config: dict[str, Any] = {
             "bootstrap_servers": self.bootstrap.split(","),
             "security_protocol": self.kafka_security_protocol,
+            # kafka-python waits up to 30 s between attempts to reach a broker that kept refusing
+            # (Java's client: 1 s): after an outage, one client then said "NodeNotReadyError" for
+            # many seconds while the others were already back, and a swap waited on it.
+            "reconnect_backoff_max_ms": RECONNECT_BACKOFF_MAX_MS,
         }
         if self.kafka_sasl_mechanism:
             config["sasl_mechanism"] = self.kafka_sasl_mechanism

@@ -69,6 +69,8 @@ def test_sasl_settings_reach_both_kafka_clients() -> None:
     python = settings.kafka_python_config()
     assert python["bootstrap_servers"] == ["b1:9093", "b2:9093"]
     assert python["sasl_plain_password"] == "pw"
+    # Back within a second of a broker's return, as Java's client (kafka-python's own ceiling is 30 s).
+    assert python["reconnect_backoff_max_ms"] <= 1000
     spark = settings.spark_kafka_options()
     assert spark["kafka.security.protocol"] == "SASL_SSL"
     assert 'username="svc"' in spark["kafka.sasl.jaas.config"]
