@@ -186,6 +186,7 @@ def test_a_committed_batch_tells_its_listener_once_its_progress_says_so() -> Non
     seen: list[int | None] = []
 
     def told() -> None:
+        assert "commits/0" in files, "told only once the batch is committed"
         progress = query.lastProgress
         seen.append(None if progress is None else progress.batchId)
 
