@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -41,6 +42,16 @@ class CheckpointFiles(Protocol):
     def has_entries(self, name: str) -> bool: ...
 
 
+class GraphFiles(CheckpointFiles, Protocol):
+    """A graph's checkpoint as a closing graph keeps its logs there (`offsets`, `commits`, its state)."""
+
+    def exists(self, name: str) -> bool: ...
+
+    def batch_ids(self, name: str) -> set[int]: ...
+
+    def delete(self, name: str) -> None: ...
+
+
 class RootFiles(Protocol):
     """The files at the root of a namespace's checkpoints (executor/control/namespace.py)."""
 
@@ -66,6 +77,16 @@ def root_files(location: str, spark: SparkSession | None) -> RootFiles:
     if spark is None:
         raise ValueError(f"{location} is on an object store: its files are reached through a Spark session")
     return StoreRoot(CheckpointDir(spark, location))
+
+
+def graph_files(spark: SparkSession, location: str) -> GraphFiles:
+    """A graph's checkpoint directory: through the OS when it is on this machine's disk, else through
+    Spark's Hadoop client. Where a path without a scheme lies is Hadoop's to say, as for Spark: on the
+    cluster's default file system, which may not be the local one."""
+    files = CheckpointDir(spark, location)
+    if files.on_local_disk and not is_store_uri(location):
+        return LocalCheckpointDir(Path(location))
+    return files
 
 
 def check_checkpoints(location: str, spark: SparkSession | None) -> None:
@@ -140,6 +161,88 @@ class LocalDir:
             shutil.rmtree(self._root)
 
 
+class LocalCheckpointDir:
+    """A graph's local checkpoint directory, through the OS. A closing batch writes three files (its
+    offsets, its state, its commit) on the path a swap's drain waits on: through Hadoop's client, each
+    was a dozen py4j round trips and forked processes, 40-60 ms under load (docs/performance.md); here
+    well under one. Spark's own files here (a stateful graph's) have `.crc` siblings, which Hadoop's
+    listings hide and its deletes remove; so do these methods."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+
+    @property
+    def where(self) -> str:
+        return str(self._root)
+
+    def exists(self, name: str) -> bool:
+        return (self._root / name).exists()
+
+    def read_text(self, name: str) -> str | None:
+        try:
+            return (self._root / name).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+
+    def write_once(self, name: str, text: str) -> bool:
+        """Write the file unless it exists, whole: a temporary file, synced, then linked into place (a
+        link, unlike a rename, fails when another writer got there first, whose file is kept). Returns
+        whether it wrote."""
+        path = self._root / name
+        if path.exists():
+            return False
+        temporary = self._written_aside(path, text)
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            return False
+        finally:
+            temporary.unlink(missing_ok=True)
+        return True
+
+    def replace(self, name: str, text: str) -> None:
+        path = self._root / name
+        _checksum_of(path).unlink(missing_ok=True)  # Hadoop's, of the file replaced: it would not match
+        os.replace(self._written_aside(path, text), path)
+
+    def has_entries(self, name: str) -> bool:
+        return any(not _is_checksum(entry) for entry in self._entries(name))
+
+    def batch_ids(self, name: str) -> set[int]:
+        return {int(entry) for entry in self._entries(name) if entry.isdigit()}
+
+    def delete(self, name: str) -> None:
+        path = self._root / name
+        path.unlink(missing_ok=True)
+        _checksum_of(path).unlink(missing_ok=True)
+
+    def _entries(self, name: str) -> list[str]:
+        try:
+            return os.listdir(self._root / name)
+        except FileNotFoundError:
+            return []
+
+    @staticmethod
+    def _written_aside(path: Path, text: str) -> Path:
+        """`text` in a hidden file of its own beside `path` (no reader lists it), synced."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        with temporary.open("w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        return temporary
+
+
+def _checksum_of(path: Path) -> Path:
+    """Where Hadoop's local file system keeps the checksum of `path`."""
+    return path.with_name(f".{path.name}.crc")
+
+
+def _is_checksum(entry: str) -> bool:
+    return entry.startswith(".") and entry.endswith(".crc")
+
+
 class StoreRoot:
     """A namespace's root on an object store, through Spark's Hadoop client: a store that fails a
     request is said in one line (CheckpointsUnreachable), not as a JVM stack trace."""
@@ -203,7 +306,8 @@ class CheckpointDir:
             self._fs = jvm.org.apache.hadoop.fs.FileSystem.newInstance(self._root.toUri(), conf)
         else:
             self._fs = self._root.getFileSystem(conf)
-        self._object_store = str(self._fs.getScheme()) in OBJECT_STORE_SCHEMES
+        self._scheme = str(self._fs.getScheme())
+        self._object_store = self._scheme in OBJECT_STORE_SCHEMES
 
     def close(self) -> None:
         """Close the client, if it is this object's own (the session's shared one stays open)."""
@@ -213,6 +317,10 @@ class CheckpointDir:
     @property
     def where(self) -> str:
         return self._where
+
+    @property
+    def on_local_disk(self) -> bool:
+        return self._scheme == "file"
 
     def path(self, name: str) -> Any:
         return self._path_class(self._root, name)

@@ -53,7 +53,7 @@ from hotswap.contract.rewrites import Rewrite
 from hotswap.contract.settings import KafkaSettings
 from hotswap.contract.source import EVENT_TIME_COLUMN
 from hotswap.contract.windows import GRAPH_WATERMARK_DELAY_MS, Windowing
-from hotswap.execution_graph.checkpoint import CheckpointDir
+from hotswap.execution_graph.checkpoint import GraphFiles
 from hotswap.execution_graph.errors import GraphStateLost
 from hotswap.execution_graph.events import (
     BOOKKEEPING,
@@ -353,7 +353,7 @@ class WindowCloser:
         record: GraphRecord,
         query: QueryFunction,
         writer: BatchWriter,
-        checkpoint: CheckpointDir,
+        checkpoint: GraphFiles,
         name: str | None = None,
         *,
         query_tasks: int = 2,
@@ -640,7 +640,7 @@ def read_range(
     )
 
 
-def closing_state(files: CheckpointDir, batch_id: int) -> ClosingState | None:
+def closing_state(files: GraphFiles, batch_id: int) -> ClosingState | None:
     """A closing graph's state after `batch_id`, from its checkpoint (None: no such file, or not a
     closing graph's checkpoint)."""
     text = files.read_text(f"{STATE_DIR}/{batch_id}")

@@ -48,7 +48,7 @@ from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 from hotswap.contract.offset_log import first_offsets
 from hotswap.contract.outages import KAFKA, OUTAGES
-from hotswap.execution_graph.checkpoint import CheckpointDir
+from hotswap.execution_graph.checkpoint import GraphFiles
 from hotswap.execution_graph.closing import STATE_FILES_KEPT, ClosingState, WindowCloser, closing_state
 from hotswap.execution_graph.errors import ClosingGraphFailed, GraphStateLost
 
@@ -185,7 +185,7 @@ class ClosingQuery:
         query_id: str,
         topic: str,
         closer: WindowCloser,
-        files: CheckpointDir,
+        files: GraphFiles,
         ends: TopicEnds,
         cap: int | None,
         slide_ms: int,

@@ -32,7 +32,7 @@ from hotswap.contract.lifecycle import BatchWatch, stall_text, stop_between_batc
 from hotswap.contract.models import GraphEngine, GraphRecord, SkippedRows
 from hotswap.contract.rewrites import Rewrite
 from hotswap.contract.settings import KafkaSettings, PipelineSettings, QueryRules, Timeouts
-from hotswap.execution_graph.checkpoint import CheckpointDir, CheckpointFiles
+from hotswap.execution_graph.checkpoint import CheckpointFiles, GraphFiles, graph_files
 from hotswap.execution_graph.closing import FAILED_FILE, WindowCloser, closing_state
 from hotswap.execution_graph.closing_query import ClosingQuery, TopicEnds
 from hotswap.execution_graph.confinement import isolated_session
@@ -142,6 +142,7 @@ class GraphRunner:
         self._starting: dict[str, Future[GraphQuery]] = {}
         self._unwanted: set[str] = set()  # stopped while starting: stopped again once started
         self._closers: dict[str, WindowCloser] = {}  # the closing graphs' batch functions
+        self._checkpoints: dict[str, GraphFiles] = {}  # each graph's checkpoint directory, looked up once
         self._closing: dict[str, ClosingQuery] = {}  # the closing graphs' queries, by query id
         self._watches: dict[str, BatchWatch] = {}  # each graph's batch in flight (batch_stall_timeout)
         self._stalls: dict[str, str] = {}  # graphs whose stalled batch was cancelled: why
@@ -162,7 +163,7 @@ class GraphRunner:
 
     def _start(self, record: GraphRecord, writer: BatchWriter) -> GraphQuery:
         checkpoint = self._pipeline.names.graph_checkpoint(record.query_id)
-        claim_checkpoint(CheckpointDir(self._spark, str(checkpoint)), str(checkpoint), record)
+        claim_checkpoint(self._files(record.query_id), str(checkpoint), record)
         # The graph's own session: the user's text never runs on the executor's (confinement.py).
         session = isolated_session(self._spark, self._rules.static_tables)
         tables = tuple(self._rules.static_tables)
@@ -176,7 +177,7 @@ class GraphRunner:
             # Applied once now, to an empty batch: a query that no longer analyses fails its start, as a
             # stateful graph's does; then once for each batch that closes windows.
             compute(batch_events(session, record.reads))
-            files = CheckpointDir(self._spark, str(checkpoint))
+            files = self._files(record.query_id)
             name = self._pipeline.names.graph_query(record.query_id)
             # Where Spark may run a task of the service graph's write twice, no replay is recorded.
             rewrites = None if tasks_may_run_twice(session) else self._rewrites
@@ -293,8 +294,7 @@ class GraphRunner:
 
     def is_committed(self, query_id: str, batch_id: int) -> bool:
         """Whether the graph's checkpoint holds `commits/<batch_id>`: that batch's output is out."""
-        fs, root = self._checkpoint(query_id)
-        return bool(fs.exists(self._path(root, f"commits/{batch_id}")))
+        return self._files(query_id).exists(f"commits/{batch_id}")
 
     def batch_watermark(self, query_id: str, batch_id: int, spark_watermark: int | None) -> int | None:
         """How far the graph has closed windows after `batch_id`: Spark's watermark of that batch
@@ -308,23 +308,14 @@ class GraphRunner:
         Spark records each batch's watermark in `offsets/N` and writes `commits/N` once the batch's
         output is out, so every window ending at or before it was emitted. A closing graph records
         how far it closed in its own state file of that batch."""
-        fs, root = self._checkpoint(query_id)
-        commits = self._path(root, "commits")
-        if not fs.exists(commits):
-            return None
-        batches = [int(s.getPath().getName()) for s in fs.listStatus(commits) if s.getPath().getName().isdigit()]
+        files = self._files(query_id)
+        batches = files.batch_ids("commits")
         if not batches:
             return None
-        closing = closing_state(CheckpointDir(self._spark, str(root)), max(batches))
+        closing = closing_state(files, max(batches))
         if closing is not None:
             return closing.closed_through
-        jvm = self._spark.sparkContext._jvm
-        assert jvm is not None
-        stream = fs.open(self._path(root, f"offsets/{max(batches)}"))
-        try:
-            text = str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
-        finally:
-            stream.close()
+        text = files.read_text(f"offsets/{max(batches)}") or ""
         lines = text.splitlines()
         try:
             return int(json.loads(lines[1])["batchWatermarkMs"]) if len(lines) > 1 else None
@@ -335,7 +326,7 @@ class GraphRunner:
         """The rows of the batch the graph failed on: its last planned batch, which has no commit.
         A stateful graph's batch read its offset range from the batch before; a closing graph's
         windows were computed over the ranges it wrote when it failed. None: no such batch."""
-        files = CheckpointDir(self._spark, str(self._pipeline.names.graph_checkpoint(record.query_id)))
+        files = self._files(record.query_id)
         planned = files.batch_ids("offsets")
         if not planned:
             return None
@@ -366,7 +357,7 @@ class GraphRunner:
             if e > start.get(p, 0)
         ]
 
-    def _planned_offsets(self, files: CheckpointDir, topic: str, batch_id: int) -> dict[int, int]:
+    def _planned_offsets(self, files: GraphFiles, topic: str, batch_id: int) -> dict[int, int]:
         """A batch's end offsets in the topic, from Spark's offset log (a version line, the batch's
         metadata, then one line per source)."""
         text = files.read_text(f"offsets/{batch_id}") or ""
@@ -380,9 +371,20 @@ class GraphRunner:
     def remove_checkpoint(self, query_id: str) -> None:
         """Delete a retired graph's checkpoint (through Hadoop's file system, so a checkpoint on a
         cluster's store goes too). Never called for a graph whose query runs."""
+        with self._lock:
+            self._checkpoints.pop(query_id, None)
         fs, root = self._checkpoint(query_id)
         if fs.exists(root):
             fs.delete(root, True)
+
+    def _files(self, query_id: str) -> GraphFiles:
+        """The graph's checkpoint directory (the executor's loop asks each tick whether a batch committed)."""
+        with self._lock:
+            files = self._checkpoints.get(query_id)
+            if files is None:
+                files = graph_files(self._spark, str(self._pipeline.names.graph_checkpoint(query_id)))
+                self._checkpoints[query_id] = files
+            return files
 
     def _checkpoint(self, query_id: str) -> tuple[Any, Any]:
         """The Hadoop file system and root path of a graph's checkpoint (local or on a cluster's store)."""
