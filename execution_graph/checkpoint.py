@@ -123,7 +123,7 @@ def check_checkpoints(location: str, spark: SparkSession | None) -> None:
 
 
 class LocalDir:
-    """Files below a local checkpoint directory, written atomically (a temporary file, fsync, rename)."""
+    """Files below a local checkpoint root, written atomically (a temporary file, fsync, rename)."""
 
     def __init__(self, root: Path) -> None:
         self._root = root
@@ -140,18 +140,14 @@ class LocalDir:
 
     def replace(self, name: str, text: str) -> None:
         path = self._root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.tmp")
-        with temporary.open("w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        temporary.replace(path)
+        os.replace(_written_aside(path, text), path)
 
     def holds_anything(self) -> bool:
         # The probe, and the probe's temporary file if a process died between its write and its rename.
-        probes = {PROBE_FILE, f".{PROBE_FILE}.tmp"}
-        return self._root.is_dir() and any(path.name not in probes for path in self._root.iterdir())
+        def probe(name: str) -> bool:
+            return name == PROBE_FILE or (name.startswith(f".{PROBE_FILE}.") and name.endswith(".tmp"))
+
+        return self._root.is_dir() and any(not probe(path.name) for path in self._root.iterdir())
 
     def remove(self, name: str) -> None:
         (self._root / name).unlink(missing_ok=True)
@@ -191,7 +187,7 @@ class LocalCheckpointDir:
         path = self._root / name
         if path.exists():
             return False
-        temporary = self._written_aside(path, text)
+        temporary = _written_aside(path, text)
         try:
             os.link(temporary, path)
         except FileExistsError:
@@ -203,7 +199,7 @@ class LocalCheckpointDir:
     def replace(self, name: str, text: str) -> None:
         path = self._root / name
         _checksum_of(path).unlink(missing_ok=True)  # Hadoop's, of the file replaced: it would not match
-        os.replace(self._written_aside(path, text), path)
+        os.replace(_written_aside(path, text), path)
 
     def has_entries(self, name: str) -> bool:
         return any(not _is_checksum(entry) for entry in self._entries(name))
@@ -222,16 +218,17 @@ class LocalCheckpointDir:
         except FileNotFoundError:
             return []
 
-    @staticmethod
-    def _written_aside(path: Path, text: str) -> Path:
-        """`text` in a hidden file of its own beside `path` (no reader lists it), synced."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-        with temporary.open("w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        return temporary
+
+def _written_aside(path: Path, text: str) -> Path:
+    """`text` in a hidden file of its own beside `path` (no reader lists it), synced: renamed or
+    linked into place, a reader finds the file whole or not at all."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    with temporary.open("w", encoding="utf-8") as out:
+        out.write(text)
+        out.flush()
+        os.fsync(out.fileno())
+    return temporary
 
 
 def _checksum_of(path: Path) -> Path:

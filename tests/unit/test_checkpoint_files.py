@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from hotswap.execution_graph import checkpoint
 from hotswap.execution_graph.checkpoint import LocalCheckpointDir
 
 
@@ -25,14 +26,14 @@ def test_a_file_is_written_once_and_whole(tmp_path: Path) -> None:
 
 def test_a_writer_that_loses_the_race_keeps_the_winners_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     files = LocalCheckpointDir(tmp_path)
-    written_aside = LocalCheckpointDir._written_aside
+    written_aside = checkpoint._written_aside
 
     def while_another_writes(path: Path, text: str) -> Path:
         temporary = written_aside(path, text)
         path.write_text("the other writer's", encoding="utf-8")  # after our look, before our link
         return temporary
 
-    monkeypatch.setattr(LocalCheckpointDir, "_written_aside", staticmethod(while_another_writes))
+    monkeypatch.setattr(checkpoint, "_written_aside", while_another_writes)
     assert not files.write_once("commits/3", "ours")
     assert files.read_text("commits/3") == "the other writer's"
     assert [p.name for p in (tmp_path / "commits").iterdir()] == ["3"]

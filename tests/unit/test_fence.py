@@ -272,6 +272,7 @@ def test_a_probe_a_crash_left_behind_is_no_leftover(tmp_path: Path) -> None:
     (tmp_path / "unit" / PROBE_FILE).write_text("hotswap\n")  # the process died between the write and the removal
     assert not checkpoints.holds_anything()
     (tmp_path / "unit" / f".{PROBE_FILE}.tmp").write_text("hot")  # or between the write and the rename
+    (tmp_path / "unit" / f".{PROBE_FILE}.5f3c9a.tmp").write_text("hot")  # each write names its own
     assert not checkpoints.holds_anything()
     checkpoints.replace("journal-version", "3\n")
     assert checkpoints.holds_anything()
