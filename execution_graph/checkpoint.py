@@ -160,7 +160,7 @@ class LocalDir:
 class LocalCheckpointDir:
     """A graph's local checkpoint directory, through the OS. A closing batch writes three files (its
     offsets, its state, its commit) on the path a swap's drain waits on: through Hadoop's client, each
-    was a dozen py4j round trips and forked processes, 40-60 ms under load (docs/performance.md); here
+    was a dozen py4j round trips and forked processes, 38-63 ms under load (docs/performance.md); here
     well under one. Spark's own files here (a stateful graph's) have `.crc` siblings, which Hadoop's
     listings hide and its deletes remove; so do these methods."""
 
