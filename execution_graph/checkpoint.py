@@ -6,6 +6,7 @@ seen, the removal of it all: RootFiles)."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import uuid
@@ -23,6 +24,8 @@ from hotswap.execution_graph.errors import CheckpointsUnreachable
 # Stores whose files appear whole when their writer closes them, and whose rename is a copy: a file
 # is written in place there, never through a temporary one.
 OBJECT_STORE_SCHEMES = frozenset({"s3a", "gs"})
+# What `os.link` raises on a file system that has no hard links (some network and FUSE mounts).
+NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS})
 PROBE_FILE = ".hotswap-probe"  # written and removed by check_checkpoints; a crash may leave it
 # The probe's own S3 client: S3A's retries of a failed request (`retry.limit`, 7 by default, with
 # growing pauses) and the AWS SDK's retries inside each try (`attempts.maximum`, 5), two of each.
@@ -140,7 +143,11 @@ class LocalDir:
 
     def replace(self, name: str, text: str) -> None:
         path = self._root / name
-        os.replace(_written_aside(path, text), path)
+        temporary = _written_aside(path, text)
+        try:
+            os.replace(temporary, path)
+        finally:
+            temporary.unlink(missing_ok=True)
 
     def holds_anything(self) -> bool:
         # The probe, and the probe's temporary file if a process died between its write and its rename.
@@ -175,8 +182,10 @@ class LocalCheckpointDir:
         return (self._root / name).exists()
 
     def read_text(self, name: str) -> str | None:
+        # Damaged bytes are read as U+FFFD, as Hadoop's reader did: the caller finds the text unreadable
+        # and says so in its own words (claim_checkpoint), rather than failing on a decode error.
         try:
-            return (self._root / name).read_text(encoding="utf-8")
+            return (self._root / name).read_text(encoding="utf-8", errors="replace")
         except FileNotFoundError:
             return None
 
@@ -189,17 +198,27 @@ class LocalCheckpointDir:
             return False
         temporary = _written_aside(path, text)
         try:
+            # Hadoop's checksum of a file of that name removed by hand: Spark would check the new one against it.
+            _checksum_of(path).unlink(missing_ok=True)
             os.link(temporary, path)
         except FileExistsError:
             return False
+        except OSError as exc:
+            if exc.errno not in NO_HARD_LINKS:
+                raise
+            os.replace(temporary, path)  # a file system without hard links: a rename, as Hadoop's
         finally:
             temporary.unlink(missing_ok=True)
         return True
 
     def replace(self, name: str, text: str) -> None:
         path = self._root / name
-        _checksum_of(path).unlink(missing_ok=True)  # Hadoop's, of the file replaced: it would not match
-        os.replace(_written_aside(path, text), path)
+        temporary = _written_aside(path, text)
+        try:
+            _checksum_of(path).unlink(missing_ok=True)  # Hadoop's, of the file replaced: it would not match
+            os.replace(temporary, path)
+        finally:
+            temporary.unlink(missing_ok=True)
 
     def has_entries(self, name: str) -> bool:
         return any(not _is_checksum(entry) for entry in self._entries(name))
@@ -221,13 +240,17 @@ class LocalCheckpointDir:
 
 def _written_aside(path: Path, text: str) -> Path:
     """`text` in a hidden file of its own beside `path` (no reader lists it), synced: renamed or
-    linked into place, a reader finds the file whole or not at all."""
+    linked into place, a reader finds the file whole or not at all. Removed if it cannot be written."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with temporary.open("w", encoding="utf-8") as out:
-        out.write(text)
-        out.flush()
-        os.fsync(out.fileno())
+    try:
+        with temporary.open("w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+    except OSError:
+        temporary.unlink(missing_ok=True)
+        raise
     return temporary
 
 

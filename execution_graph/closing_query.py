@@ -341,13 +341,12 @@ class ClosingQuery:
                 waiting = state is not None and bool(state.unread)
                 if self._waits(batch, waiting, ends):
                     continue
-                if self._files.exists(f"offsets/{next_id}"):
+                if not self._files.write_once(f"offsets/{next_id}", batch.log_text(self._topic)):  # written ahead
                     # Another writer of this checkpoint (a stalled executor's Spark) planned the batch.
                     raise ClosingGraphFailed(
                         f"[CONCURRENT_STREAM_LOG_UPDATE] closing graph {self._name}: offsets/{next_id} was "
                         "written by another writer of its checkpoint"
                     )
-                self._files.write_once(f"offsets/{next_id}", batch.log_text(self._topic))  # written ahead
                 after = self._run(batch)
                 self._last_batch = time.monotonic()
                 next_id, start = next_id + 1, end

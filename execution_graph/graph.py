@@ -381,10 +381,12 @@ class GraphRunner:
         """The graph's checkpoint directory (the executor's loop asks each tick whether a batch committed)."""
         with self._lock:
             files = self._checkpoints.get(query_id)
-            if files is None:
-                files = graph_files(self._spark, str(self._pipeline.names.graph_checkpoint(query_id)))
-                self._checkpoints[query_id] = files
-            return files
+        if files is None:
+            # Outside the lock: a store's client may take seconds to start, and the lock serves every graph.
+            found = graph_files(self._spark, str(self._pipeline.names.graph_checkpoint(query_id)))
+            with self._lock:
+                files = self._checkpoints.setdefault(query_id, found)
+        return files
 
     def _checkpoint(self, query_id: str) -> tuple[Any, Any]:
         """The Hadoop file system and root path of a graph's checkpoint (local or on a cluster's store)."""

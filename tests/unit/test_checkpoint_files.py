@@ -3,12 +3,18 @@ whole files, written once, beside Spark's own files and their `.crc` siblings.""
 
 from __future__ import annotations
 
+import errno
+import json
+import os
 from pathlib import Path
 
 import pytest
 
+from hotswap.contract.models import GraphRecord, QueryKind, QuerySource, new_spark_query_id
 from hotswap.execution_graph import checkpoint
 from hotswap.execution_graph.checkpoint import LocalCheckpointDir
+from hotswap.execution_graph.graph import claim_checkpoint
+from tests.conftest import DEMO_SOURCE
 
 
 def test_a_file_is_written_once_and_whole(tmp_path: Path) -> None:
@@ -68,3 +74,48 @@ def test_delete_and_replace_leave_no_stale_checksum(tmp_path: Path) -> None:
 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metadata"]
     assert files.read_text("metadata") == '{"id": "q"}\n'
+
+
+def test_a_stale_checksum_goes_before_a_file_of_its_name_is_written(tmp_path: Path) -> None:
+    (tmp_path / ".metadata.crc").write_text("Hadoop's, of a metadata file removed by hand", encoding="utf-8")
+    files = LocalCheckpointDir(tmp_path)
+    assert files.write_once("metadata", '{"id": "q"}\n')
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metadata"]  # Spark would check the new file against it
+
+
+def test_a_file_system_without_hard_links_gets_a_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(source: object, target: object) -> None:
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", refused)
+    files = LocalCheckpointDir(tmp_path)
+    assert files.write_once("commits/0", "v1\n")
+    assert files.read_text("commits/0") == "v1\n"
+    assert [p.name for p in (tmp_path / "commits").iterdir()] == ["0"]
+
+
+def test_a_write_that_fails_leaves_no_temporary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(descriptor: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    files = LocalCheckpointDir(tmp_path)
+    with pytest.raises(OSError, match="No space left"):
+        files.write_once("closing/4", "{}")
+    assert list((tmp_path / "closing").iterdir()) == []
+
+
+def test_a_damaged_metadata_file_before_any_batch_is_written_again(tmp_path: Path) -> None:
+    (tmp_path / "metadata").write_bytes(b"\xff\xfe\x00garbage")
+    files = LocalCheckpointDir(tmp_path)
+    record = GraphRecord(
+        query_id="a",
+        source=QuerySource(name="a", kind=QueryKind.SQL, text="--"),
+        window_ms=10_000,
+        slide_ms=10_000,
+        topic="t",
+        spark_query_id=new_spark_query_id(),
+        reads=DEMO_SOURCE,
+    )
+    claim_checkpoint(files, str(tmp_path), record)  # read as text that is no JSON: no decode error
+    assert json.loads(files.read_text("metadata") or "")["id"] == record.spark_query_id
