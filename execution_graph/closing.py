@@ -504,6 +504,7 @@ class WindowCloser:
             # No rows, or only windows a failed graph emitted before this one took over its topic.
             log.debug("windows closed with nothing to emit", query_id=record.query_id, through=closing.through)
             return None
+        began = time.perf_counter()  # the job's stages (`make bench`): its plan's steps, the query's, the write
         # Looked up for each job: a cluster's executors come and go (task_slots.py).
         slots = task_slots(spark)
         leave_a_slot(spark, self._query_tasks, slots)
@@ -538,11 +539,14 @@ class WindowCloser:
             # leave the service graph and the other graphs a task slot (task_slots.py).
             events = events.coalesce(slots - 1)
         events = events.drop(*BOOKKEEPING)
+        stages.record(self._name, "build", time.perf_counter() - began)
         try:
-            output = self._query(events)
-            after = "" if closing.after is None else f"window_end > {batch_timestamp(closing.after)} AND "
-            closed = output.where(f"{after}window_end <= {batch_timestamp(closing.through)}")
-            self._writer(closed, batch_id)
+            with stages.timed(self._name, "query"):
+                output = self._query(events)
+                after = "" if closing.after is None else f"window_end > {batch_timestamp(closing.after)} AND "
+                closed = output.where(f"{after}window_end <= {batch_timestamp(closing.through)}")
+            with stages.timed(self._name, "write"):
+                self._writer(closed, batch_id)
         except Exception:
             # Said before the batch fails: the rows a skipped poison batch dead-letters.
             offsets = {str(p): list(r) for p, r in closing.offsets.items()}
