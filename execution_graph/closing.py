@@ -49,6 +49,7 @@ from hotswap.contract import stages
 from hotswap.contract.batch_constants import batch_long, batch_timestamp
 from hotswap.contract.faults import crash_point
 from hotswap.contract.models import GraphRecord
+from hotswap.contract.observed import observed_column, observed_values
 from hotswap.contract.rewrites import Rewrite
 from hotswap.contract.settings import KafkaSettings
 from hotswap.contract.source import EVENT_TIME_COLUMN
@@ -58,10 +59,12 @@ from hotswap.execution_graph.errors import GraphStateLost
 from hotswap.execution_graph.events import (
     BOOKKEEPING,
     ROUTE,
+    ROUTE_COLUMN,
     SOURCE_EVENT,
+    not_skipped,
     parsed_events,
+    record_fields,
     routed_rows,
-    without_skipped,
 )
 from hotswap.execution_graph.task_slots import leave_a_slot, task_slots
 from hotswap.execution_graph.user_query import QueryFunction
@@ -283,24 +286,31 @@ class HeaderWatch:
             return None
         return cls(dict(closing.offsets), buckets, slide)
 
+    def columns(self) -> list[str]:
+        """The watched buckets as columns (`_watched_<i>`), for the projection the aggregates read:
+        batch constants (contract.batch_constants) are not deterministic to Spark, and observed
+        metrics in one column (contract.observed) may hold them only through a column."""
+        return [f"{batch_long(bucket)} AS _watched_{i}" for i, bucket in enumerate(self.buckets)]
+
     def aggregates(self) -> list[str]:
-        """SQL aggregates over rows with `partition`, `offset`, `_kind` and `_bucket` (or null)."""
+        """SQL aggregates over rows with `partition`, `offset`, `kind`, `_t`, `_bucket` (or null)
+        and the `columns`."""
         exprs: list[str] = []
-        data = "_kind = 'data'"
+        data = "kind = 'data'"
+        last = f"_watched_{len(self.buckets) - 1}"
         for partition in sorted(self.ranges):
             mine = f"partition = {int(partition)}"
             exprs.append(f"count(CASE WHEN {mine} THEN 1 END) AS rows_{partition}")
             exprs.append(
-                f"max(CASE WHEN {mine} AND _kind = 'marker' THEN _t - {GRAPH_WATERMARK_DELAY_MS} END) "
+                f"max(CASE WHEN {mine} AND kind = 'marker' THEN _t - {GRAPH_WATERMARK_DELAY_MS} END) "
                 f"AS marker_{partition}"
             )
-            ahead = f"{mine} AND {data} AND _bucket > {batch_long(self.buckets[-1])}"
+            ahead = f"{mine} AND {data} AND _bucket > {last}"
             exprs.append(f"min(CASE WHEN {ahead} THEN offset END) AS ahead_first_{partition}")
             exprs.append(f"max(CASE WHEN {ahead} THEN _bucket END) AS ahead_last_{partition}")
             exprs += [
-                f"min(CASE WHEN {mine} AND {data} AND _bucket = {batch_long(bucket)} THEN offset END) "
-                f"AS first_{partition}_{i}"
-                for i, bucket in enumerate(self.buckets)
+                f"min(CASE WHEN {mine} AND {data} AND _bucket = _watched_{i} THEN offset END) AS first_{partition}_{i}"
+                for i in range(len(self.buckets))
             ]
         return exprs
 
@@ -372,6 +382,7 @@ class WindowCloser:
         self._lock = threading.Lock()
         self._states: dict[int, ClosingState] = {}  # batch id -> state after it (this process's batches)
         self._watching = True  # whether closing jobs learn the headers (HeaderWatch)
+        self._fields: tuple[str, ...] | None = None  # the record's fields `events` has (looked up once)
 
     def closable(self, state: ClosingState, known: Mapping[int, int] | None = None) -> int | None:
         """How far a batch after `state` may close (`closable`), None: no window closes."""
@@ -510,16 +521,18 @@ class WindowCloser:
         leave_a_slot(spark, self._query_tasks, slots)
         raw = read_range(spark, self._kafka.spark_kafka_options(), record.topic, closing.offsets)
         watch = HeaderWatch.for_closing(closing, self._windowing) if self._watching else None
+        # The route header split once, with the graph topic's own partition and offset beside it and
+        # the event time as a number, for the watch and the skipped rows (Spark prunes what neither
+        # reads): one projection, since each step costs the driver an analysis of the whole plan.
+        extra = ["partition", "offset", f"try_cast({ROUTE_COLUMN}[3] AS BIGINT) AS _t"]
+        if watch is not None:
+            extra += [f"_t - pmod(_t, {self._windowing.slide_ms}) AS _bucket", *watch.columns()]
+        rows = routed_rows(raw, *extra)
         observation: Observation | None = None
         if watch is not None:
+            # Before any filter: the watch counts every row of the range, markers and skipped rows too.
             observation = Observation(f"hotswap_headers_{uuid.uuid4().hex}")
-            raw = raw.selectExpr(  # one step: `_bucket` reads `_t` as a lateral alias (events.routed_rows says why)
-                "*",
-                f"{ROUTE}[0] AS _kind",
-                f"try_cast({ROUTE}[3] AS BIGINT) AS _t",
-                f"_t - pmod(_t, {self._windowing.slide_ms}) AS _bucket",
-            )
-            raw = raw.observe(observation, *(F.expr(e) for e in watch.aggregates()))
+            rows = rows.observe(observation, F.expr(observed_column(watch.aggregates())))
         since = closing.rows_since
         if record.reads_from is not None:
             since = record.reads_from if since is None else max(since, record.reads_from)
@@ -527,8 +540,13 @@ class WindowCloser:
         keep = ["kind = 'data'", f"{EVENT_TIME_COLUMN} < {batch_timestamp(closing.through)}"]
         if since is not None:
             keep.append(f"{EVENT_TIME_COLUMN} >= {batch_timestamp(since)}")
-        data = routed_rows(without_skipped(raw, record.skipped)).where(" AND ".join(keep))
-        events = parsed_events(spark, data, record.reads)
+        kept = not_skipped(record.skipped, kind="kind", event_time="_t")
+        if kept is not None:
+            keep.append(kept)
+        data = rows.where(" AND ".join(keep))
+        if self._fields is None:
+            self._fields = record_fields(spark, record.reads)
+        events = parsed_events(spark, data, record.reads, self._fields)
         deduplicated = self._may_hold_twice(since, closing.through)
         if deduplicated:
             # Some rows may be there twice: each source event is counted once. (A sort of every row:
@@ -607,7 +625,7 @@ def _observed(observation: Observation) -> dict[str, Any] | None:
             return None
         pause.wait(0.005)
     try:
-        return dict(observation.get)
+        return observed_values(observation.get)
     except (Py4JError, PySparkException) as exc:
         log.debug("a closing job's header metrics could not be read", error=str(exc).splitlines()[0][:200])
         return None

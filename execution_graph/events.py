@@ -82,9 +82,16 @@ def graph_topic_stream(spark: SparkSession, pipeline: PipelineSettings, kafka: K
 def without_skipped(raw: DataFrame, skipped: Sequence[SkippedRows]) -> DataFrame:
     """Raw graph-topic records less the data rows of the batches the graph skipped (their rows were
     dead-lettered, `poison_batches`). Markers stay: the graph's watermark still moves past them."""
+    kept = not_skipped(skipped, kind=f"{ROUTE}[0]", event_time=f"try_cast({ROUTE}[3] AS BIGINT)")
+    return raw if kept is None else raw.where(kept)
+
+
+def not_skipped(skipped: Sequence[SkippedRows], kind: str, event_time: str) -> str | None:
+    """SQL that holds for every row but the data rows of the skipped batches, over rows with the
+    graph topic's `partition` and `offset` and the given route kind and event time (epoch ms)
+    expressions; None when no batch was skipped."""
     if not skipped:
-        return raw
-    event_time = f"try_cast({ROUTE}[3] AS BIGINT)"
+        return None
 
     def held(r: SkippedRows) -> str:
         terms = [f"partition = {int(r.partition)}", f"offset >= {int(r.start)}", f"offset < {int(r.end)}"]
@@ -95,13 +102,14 @@ def without_skipped(raw: DataFrame, skipped: Sequence[SkippedRows]) -> DataFrame
         return "(" + " AND ".join(terms) + ")"
 
     ranges = " OR ".join(held(r) for r in skipped)
-    return raw.where(f"coalesce({ROUTE}[0] <> 'data', false) OR NOT coalesce({ranges}, false)")
+    return f"(coalesce({kind} <> 'data', false) OR NOT coalesce({ranges}, false))"
 
 
-def routed_rows(raw: DataFrame) -> DataFrame:
+def routed_rows(raw: DataFrame, *extra: str) -> DataFrame:
     """Graph-topic records with the service graph's route header (contract/envelope.py) spread into
     columns: kind, source partition and offset, event time, source record timestamp; and the
-    record's own key and value. The route header is the only header a graph row carries."""
+    record's own key and value. The route header is the only header a graph row carries. `extra`:
+    more SQL columns of the same projection, which may read ROUTE_COLUMN (the header, split)."""
     # One projection, whose columns name the header split before them (a lateral alias): each
     # DataFrame step costs the driver an analysis of the whole plan, at every closing job.
     return raw.selectExpr(
@@ -113,26 +121,33 @@ def routed_rows(raw: DataFrame) -> DataFrame:
         f"timestamp_millis(try_cast({ROUTE_COLUMN}[4] AS BIGINT)) AS {KAFKA_TIMESTAMP_COLUMN}",
         "key",
         "value",
+        *extra,
     )
 
 
-def parsed_events(spark: SparkSession, data: DataFrame, reads: SourceSpec) -> DataFrame:
+def record_fields(spark: SparkSession, reads: SourceSpec) -> tuple[str, ...]:
+    """The top-level fields of the schema a version reads, as `events` has them (for parsed_events;
+    a closing graph looks them up once, not at every job: a dozen py4j round trips)."""
+    # The record's own event_time (the event time itself) gives way to hotswap's.
+    return tuple(name for name in spark_schema(spark, reads).names if name != EVENT_TIME_COLUMN)
+
+
+def parsed_events(
+    spark: SparkSession, data: DataFrame, reads: SourceSpec, fields: Sequence[str] | None = None
+) -> DataFrame:
     """Data rows (from `routed_rows`) as the `events` a user query sees: every top-level column of
-    the schema its version reads, `event_time`, and the source record's Kafka key and timestamp,
-    with the source partition and offset kept for the deduplication (and the parsed record): drop
-    BOOKKEEPING once the duplicates are gone."""
+    the schema its version reads (`fields`, from record_fields), `event_time`, and the source
+    record's Kafka key and timestamp, with the source partition and offset kept for the
+    deduplication (and the parsed record): drop BOOKKEEPING once the duplicates are gone."""
     # Parsed once, here, with the version's own schema, and spread into the view's columns before
     # the duplicates are dropped: Spark then prunes the fields the query never reads before the
     # shuffle the deduplication needs, instead of shuffling whole records. One projection, its
     # fields read from the record parsed before them (a lateral alias), as in routed_rows.
-    fields = [
-        f"{RECORD_COLUMN}.`{_escaped(name)}` AS `{_escaped(name)}`"
-        for name in spark_schema(spark, reads).names
-        if name != EVENT_TIME_COLUMN  # the record's own event_time (the event time itself) gives way to hotswap's
-    ]
+    names = record_fields(spark, reads) if fields is None else fields
+    columns = [f"{RECORD_COLUMN}.`{_escaped(name)}` AS `{_escaped(name)}`" for name in names]
     return data.selectExpr(
         f"{_decode(reads)} AS {RECORD_COLUMN}",
-        *fields,
+        *columns,
         PARTITION_COLUMN,
         OFFSET_COLUMN,
         EVENT_TIME_COLUMN,

@@ -21,12 +21,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import DataFrame, Observation
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
 from hotswap.contract.batch_constants import HIGHEST, LOWEST, batch_long
 from hotswap.contract.envelope import REASON_CODE_HEADER, REASON_HEADER, ROUTE_HEADER, SOURCE_HEADER, DeadLetterReason
 from hotswap.contract.models import Destination, RoutingPlan
+from hotswap.contract.observed import OBSERVED, observed_column, observed_values
 from hotswap.contract.settings import KafkaSettings, PipelineSettings
 from hotswap.contract.windows import format_duration_ms
 from hotswap.service_graph.errors import ServiceGraphError
@@ -75,7 +76,7 @@ def route_and_write(
         )
     routed = _classified(read, plan, pipeline)
     observation = Observation(OBSERVATION)
-    observed = routed.observe(observation, *_statistics(plan.destinations, partitions))
+    observed = routed.observe(observation, _statistics(plan.destinations, partitions))
     (
         _for_kafka(observed, plan, pipeline)
         .write.format("kafka")
@@ -87,7 +88,7 @@ def route_and_write(
     if stats.max_partition is not None and stats.max_partition >= partitions:
         # A partition added to the topic since the query started: count again, with it (a second job,
         # once). Spark reads the batch's offsets again; the rows are already written.
-        row = routed.agg(*_statistics(plan.destinations, stats.max_partition + 1)).first()
+        row = routed.agg(_statistics(plan.destinations, stats.max_partition + 1)).first()
         assert row is not None
         stats = _stats(row.asDict(), plan.destinations, stats.max_partition + 1)
     return stats
@@ -184,9 +185,10 @@ def _graph_partition(destination: Destination) -> str:
     return f"CASE WHEN route = 'data' THEN CAST(pmod(partition, {int(destination.partitions)}) AS INT) END"
 
 
-def _statistics(receivers: tuple[Destination, ...], partitions: int) -> list[Any]:
-    """The observed aggregates: conditional ones per source partition, per dead-letter reason and
-    per destination, so that one pass over the written rows yields all of them."""
+def _statistics(receivers: tuple[Destination, ...], partitions: int) -> Column:
+    """The observed aggregates, as one column (contract.observed): conditional ones per source
+    partition, per dead-letter reason and per destination, so that one pass over the written rows
+    yields all of them."""
     data = "route = 'data'"
     exprs = ["max(partition) AS max_partition"]
     for p in range(partitions):
@@ -204,10 +206,13 @@ def _statistics(receivers: tuple[Destination, ...], partitions: int) -> list[Any
         f"sum(CASE WHEN reason_code = {sql_str(code)} THEN 1 ELSE 0 END) AS `dead:{code}`" for code in DeadLetterReason
     ]
     exprs += [f"sum(CASE WHEN {data} AND {_holds(i)} THEN 1 ELSE 0 END) AS `routed:{i}`" for i in range(len(receivers))]
-    return [F.expr(e) for e in exprs]
+    return F.expr(observed_column(exprs))
 
 
-def _stats(metrics: Mapping[str, Any], receivers: tuple[Destination, ...], partitions: int) -> BatchStats:
+def _stats(answer: Mapping[str, Any], receivers: tuple[Destination, ...], partitions: int) -> BatchStats:
+    metrics = observed_values(answer)
+    if metrics is None:
+        raise ServiceGraphError(f"a batch's observed statistics came without {OBSERVED!r}; this is a bug in hotswap")
     found = []
     for p in range(partitions):
         max_offset = metrics.get(f"max_offset_{p}")

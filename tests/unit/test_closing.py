@@ -6,7 +6,9 @@ import random
 from typing import Any
 
 from py4j.protocol import Py4JError
+from pyspark.sql import Row
 
+from hotswap.contract.observed import OBSERVED
 from hotswap.contract.windows import Windowing
 from hotswap.execution_graph.closing import (
     MAX_AHEAD_BUCKETS,
@@ -320,13 +322,13 @@ class _Future:
 class _Observation:
     """An observation as the JVM answers it: done or not, and its metrics, or Spark's error reading them."""
 
-    def __init__(self, completed: bool, metrics: dict[str, int] | None) -> None:
+    def __init__(self, completed: bool, metrics: dict[str, Any] | None) -> None:
         future = _Future(completed)
         self._jo = type("JvmObservation", (), {"future": lambda _self: future})()
         self._metrics = metrics
 
     @property
-    def get(self) -> dict[str, int]:
+    def get(self) -> dict[str, Any]:
         if self._metrics is None:
             # What Spark 4.2 does when the action that completed it held no metrics (a pruned plan).
             raise Py4JError("An error occurred while calling o1.getRow: java.lang.AssertionError")
@@ -334,7 +336,9 @@ class _Observation:
 
 
 def test_a_closing_job_whose_metrics_cannot_be_read_leaves_the_headers_to_a_pass() -> None:
-    fake: Any = _Observation(True, {"rows_0": 3})
+    fake: Any = _Observation(True, {OBSERVED: Row(rows_0=3)})
     assert _observed(fake) == {"rows_0": 3}
+    without: Any = _Observation(True, {})
+    assert _observed(without) is None, "an answer without the observed column is no metrics"
     pruned: Any = _Observation(True, None)
     assert _observed(pruned) is None, "an error reading them is no metrics, never a failed batch"
