@@ -1,6 +1,6 @@
 """A poison batch: one the serving query failed on for good. With `poison_batches = dead_letter`
 its rows are moved to the dead-letter topic, and the graph, restarted, skips them
-(GraphRecord.skipped; events.without_skipped).
+(GraphRecord.skipped; events.not_skipped).
 
 A row is copied with its key and value, its route header, and the dead-letter headers the service
 graph writes (contract/envelope.py), plus the query that failed. Copied first, recorded skipped

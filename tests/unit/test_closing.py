@@ -156,7 +156,8 @@ def test_rows_a_closing_batch_left_unread_are_read_by_the_next_close_and_headers
 
 # -- what a closing job learns of the headers it reads (HeaderWatch) ---------------------------------
 def _metrics(watch: HeaderWatch, **given: int | None) -> dict[str, int | None]:
-    """Metrics as Spark returns them: every aggregate named, those not given as an empty read has them."""
+    """Metrics as `_observed` hands them on (Spark's one observed column, flattened): every aggregate
+    named, those not given as an empty read has them."""
     names = [e.rsplit(" AS ", 1)[1] for e in watch.aggregates()]
     empty = {n: (0 if n.startswith("rows_") else None) for n in names}
     return {**empty, **given}
