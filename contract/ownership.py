@@ -89,6 +89,14 @@ class OwnedWindows:
             for after, through in self.ranges
         )
 
+    def overlaps(self, after: int | None, through: int) -> bool:
+        """Whether any owned range meets the windows ending in (after, through]."""
+        return any(
+            (owned_after is None or owned_after < through)
+            and (owned_through is None or after is None or owned_through > after)
+            for owned_after, owned_through in self.ranges
+        )
+
 
 def owned_windows(owners: Iterable[WindowOwner], graph: GraphRecord) -> OwnedWindows:
     """The ranges `graph` owns. A graph that took over a failed graph's topic owns windows ending

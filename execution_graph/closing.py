@@ -37,7 +37,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import structlog
 from py4j.protocol import Py4JError
@@ -72,6 +72,15 @@ from hotswap.execution_graph.user_query import QueryFunction
 log = structlog.get_logger(__name__)
 
 BatchWriter = Callable[[DataFrame, int], None]
+
+
+@runtime_checkable
+class WindowEmitter(Protocol):
+    """A batch writer that can say, before a close job runs, whether it would write any result of the
+    windows ending in (after, through] (the service sink's ResultWriter: the windows its graph owns)."""
+
+    def emits_within(self, after: int | None, through: int) -> bool: ...
+
 
 # State files kept in the checkpoint: Spark replays at most the last uncommitted batch, which needs
 # the one before it; a few more are kept for whoever reads a checkpoint by hand.
@@ -109,8 +118,11 @@ class ClosingState:
     # bucket start (ms) -> partition -> an offset at or before the first data row of that bucket (its own
     # offset unless the bucket lay past what a closing job watched: HeaderWatch), for open buckets
     first_offsets: Mapping[int, Mapping[int, int]] = field(default_factory=dict)
-    # partition -> [from, to): rows a batch that closed windows left for the next batch's headers pass
+    # partition -> [from, to): rows whose headers no batch read yet: left by a batch that closed windows
+    # for the next batch's headers pass, or (`deferred`) by batches that closed only windows another
+    # version owns, for this graph's next close job of its own windows (which reads from their start)
     unread: Mapping[int, tuple[int, int]] = field(default_factory=dict)
+    deferred: bool = False
 
     def to_json(self) -> str:
         return json.dumps(
@@ -123,6 +135,7 @@ class ClosingState:
                     for b, parts in sorted(self.first_offsets.items())
                 },
                 "unread": {str(p): list(r) for p, r in sorted(self.unread.items())},
+                "deferred": self.deferred,
             },
             separators=(",", ":"),
         )
@@ -138,6 +151,7 @@ class ClosingState:
                 int(b): {int(p): int(o) for p, o in parts.items()} for b, parts in raw["first_offsets"].items()
             },
             unread={int(p): (int(r[0]), int(r[1])) for p, r in raw.get("unread", {}).items()},
+            deferred=bool(raw.get("deferred", False)),
         )
 
 
@@ -205,6 +219,8 @@ def advance(
     through: int | None,
     windowing: Windowing,
     unread: Mapping[int, tuple[int, int]] | None = None,
+    *,
+    deferred: bool = False,
 ) -> ClosingState:
     """The state after a batch that read the headers `reads` (of its range and of any range the
     batch before left unread) and closed the windows ending up to `through` (None: it closed none),
@@ -226,7 +242,7 @@ def advance(
         # A bucket no window ending after `closed` reads is done with (a replayed service batch's
         # duplicates may bring its rows again after the marker: they belong to closed windows).
         first = {b: parts for b, parts in first.items() if _needed(b, closed, None, windowing)}
-    return ClosingState(batch_id, closed, markers, first, dict(unread or {}))
+    return ClosingState(batch_id, closed, markers, first, dict(unread or {}), deferred and bool(unread))
 
 
 def _first_offset(known: int | None, read: int, since: int | None) -> int:
@@ -383,6 +399,9 @@ class WindowCloser:
         self._states: dict[int, ClosingState] = {}  # batch id -> state after it (this process's batches)
         self._watching = True  # whether closing jobs learn the headers (HeaderWatch)
         self._fields: tuple[str, ...] | None = None  # the record's fields `events` has (looked up once)
+        # Whether the writer would write a result of the windows a batch closes (every window, if it
+        # cannot say). Ownership of a window is fixed before a graph can close it (contract.ownership).
+        self._emits = writer.emits_within if isinstance(writer, WindowEmitter) else _every_window
 
     def closable(self, state: ClosingState, known: Mapping[int, int] | None = None) -> int | None:
         """How far a batch after `state` may close (`closable`), None: no window closes."""
@@ -425,16 +444,27 @@ class WindowCloser:
                 )
             offsets = {p: (start[p], e) for p, e in end.items() if p in start and e > start[p]}
             watched: list[PartitionRead] | None = None
+            unowned = False
             if through is not None and (previous.closed_through is None or through > previous.closed_through):
-                with stages.timed(self._name, "close"):
-                    closing = closing_for(previous, through, start, end, self._windowing)
-                    watched = self._close(spark, closing, batch_id, _spanning(previous.unread, offsets))
+                closing = closing_for(previous, through, start, end, self._windowing)
+                # Windows another version owns (a swap's new graph is sent markers for the windows up
+                # to its cut as they close) are closed without a job: it would write nothing, and
+                # while the swap drains it would take the cores the old graph's last job needs.
+                unowned = not self._emits(closing.after, closing.through)
+                if not unowned:
+                    with stages.timed(self._name, "close"):
+                        watched = self._close(spark, closing, batch_id, _spanning(previous.unread, offsets))
             else:
                 through = None
             reads: list[PartitionRead] = []
             unread: dict[int, tuple[int, int]] = {}
+            deferred = False
             if watched is not None:
                 reads = watched  # the closing job read every header the batch needs
+            elif unowned and (previous.deferred or not previous.unread):
+                # The rows wait for this graph's first close job of its own windows, which reads them
+                # anyway (a new graph's rows all belong to windows after its cut): no pass of their own.
+                unread, deferred = _spanning(previous.unread, offsets), True
             elif through is not None and not previous.unread:
                 # The headers wait for the next batch: this one is done once its results are out
                 # (the drain of a swap waits for no more). At most one batch's range waits so.
@@ -447,7 +477,7 @@ class WindowCloser:
                     with stages.timed(self._name, "headers"):
                         raw = read_range(spark, self._kafka.spark_kafka_options(), self._record.topic, offsets)
                         reads = self._reads(raw, offsets)
-            state = advance(previous, batch_id, reads, through, self._windowing, unread)
+            state = advance(previous, batch_id, reads, through, self._windowing, unread, deferred=deferred)
             # A replay of this batch closes the same windows from the same state before it, the same
             # rows and the same `through`; what it learnt of the headers may differ in form (watched,
             # read, or left unread), so the file already there is kept and taken as the state.
@@ -596,6 +626,10 @@ class WindowCloser:
                 log.info("closing graph reads its headers in a pass of their own", query_id=record.query_id)
             return None
         return watch.reads(metrics, needed)
+
+
+def _every_window(after: int | None, through: int) -> bool:
+    return True
 
 
 def _completed(observation: Observation) -> bool:

@@ -14,8 +14,10 @@ of its own, with the same checkpoint discipline as Spark's micro-batch engine:
    partitions in proportion to their rows, no partition starved, as Spark's Kafka source does),
    decides how far the batch closes (from the markers earlier batches read and those the producer
    saw taken below the range's end), and writes both to `offsets/<batch id>` before reading a row.
-   A batch that would close nothing runs only when the row cap left rows behind or no batch ran
-   for HEADERS_DUE_S: otherwise its rows wait for the batch that closes their window;
+   A batch that would close nothing runs only when the row cap left rows behind, no batch ran
+   for HEADERS_DUE_S, or rows an earlier batch left unread wait (not those it deferred to the next
+   close job of the graph's own windows, for up to HEADERS_DUE_S): otherwise its rows wait for the
+   batch that closes their window;
 3. it runs the batch (WindowCloser: the windows that close, then the headers and the state) over
    exactly that range, read as Spark batch jobs, and writes `commits/<batch id>` once it is done.
    The job that closes windows learns the headers of the rows it reads (closing.HeaderWatch), so
@@ -209,6 +211,7 @@ class ClosingQuery:
         self._lock = threading.Lock()
         self._slot: int | None = None  # the slide of the last marker that woke the loop
         self._last_batch = float("-inf")  # monotonic time the last batch ended (none yet: headers are due)
+        self._deferred_since: float | None = None  # since when rows wait for the next close job (`_defers`)
         # Markers the producer saw every partition take: (watermark, partition -> offset), newest last.
         self._notified: deque[tuple[int, dict[int, int]]] = deque(maxlen=NOTICES_KEPT)
         self._failure: BaseException | None = None
@@ -337,8 +340,9 @@ class ClosingQuery:
                 through = None if state is None else self._closer.closable(state, self._known(end))
                 batch = BatchRange(next_id, dict(start), end, through)
                 # Rows an earlier batch left unread are read now, even with no row after them: the
-                # markers there may be all that closes the next window.
-                waiting = state is not None and bool(state.unread)
+                # markers there may be all that closes the next window (unless they may wait for the
+                # graph's next close job of its own windows: `_defers`).
+                waiting = state is not None and bool(state.unread) and not self._defers(state)
                 if self._waits(batch, waiting, ends):
                     continue
                 if not self._files.write_once(f"offsets/{next_id}", batch.log_text(self._topic)):  # written ahead
@@ -367,9 +371,26 @@ class ClosingQuery:
                 self._message = "Stopped"
             self._ends.close()
 
+    def _defers(self, state: ClosingState) -> bool:
+        """Whether the rows an earlier batch left unread because it closed only windows another version
+        owns (`state.deferred`) may go on waiting for this graph's next close job of its own windows:
+        while this loop has heard a marker's notice (so `_known` holds the markers those rows hold:
+        none has come yet after a restart) and for at most HEADERS_DUE_S (a graph that owns nothing
+        for long, a shadow writing to a table, reads them in a pass that often, not all at once later)."""
+        if not state.deferred:
+            self._deferred_since = None
+            return False
+        now = time.monotonic()
+        if self._deferred_since is None:
+            self._deferred_since = now
+        with self._lock:
+            noticed = bool(self._notified)
+        return noticed and now - self._deferred_since < HEADERS_DUE_S
+
     def _waits(self, batch: BatchRange, waiting: bool, ends: Offsets) -> bool:
         """Whether no batch runs now: it would close nothing, no range an earlier batch left unread
-        waits, and it would read no row or its rows' headers are not due yet."""
+        waits (rows deferred to the next close job of the graph's own windows do not: `_defers`), and
+        it would read no row or its rows' headers are not due yet."""
         if batch.through is not None or waiting:
             return False
         if batch.rows == 0:

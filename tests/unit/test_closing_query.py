@@ -9,7 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
+
 from hotswap.contract.settings import Settings
+from hotswap.execution_graph import closing_query
 from hotswap.execution_graph.closing import ClosingState
 from hotswap.execution_graph.closing_query import (
     HEADERS_DUE_S,
@@ -195,3 +198,21 @@ def test_a_committed_batch_tells_its_listener_once_its_progress_says_so() -> Non
     query._run(BatchRange(0, {0: 0}, {0: 4}, 20_000))
     assert "commits/0" in files
     assert seen == [0], "told once, after the batch's progress was reported"
+
+
+def test_rows_deferred_to_the_next_close_job_wait_only_while_notices_say_their_markers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rows a batch left unread because it closed only windows another version owns wait for the
+    graph's next close job of its own windows; a loop that has heard no marker's notice yet (after a
+    restart) reads them at once, and none waits longer than HEADERS_DUE_S."""
+    deferred = ClosingState(batch_id=4, closed_through=20_000, unread={0: (0, 60)}, deferred=True)
+    query = _loop()
+    assert not query._defers(deferred), "no notice yet: the markers are in the rows"
+    query.notify(30_000, {0: 61})
+    assert query._defers(deferred)
+    assert not query._defers(ClosingState(batch_id=4, unread={0: (0, 60)})), "left for the next batch's pass"
+    now = time.monotonic()
+    assert query._defers(deferred)
+    monkeypatch.setattr(time, "monotonic", lambda: now + closing_query.HEADERS_DUE_S + 1)
+    assert not query._defers(deferred), "waited long enough"
