@@ -74,13 +74,15 @@ class ResultWriter:
     def emits_within(self, after: int | None, through: int) -> bool:
         """Whether a batch of the windows ending in (after, through] would write any result: a shadow
         writes every window, any other graph only those it owns (read now; contract.ownership says
-        why that answer holds once a graph can close the window). Checks the lease first, as a write
-        does: a stalled executor's graph fails here too, whether or not a job follows."""
-        if self._check_lease is not None:
-            self._check_lease()
+        why that answer holds once a graph can close the window). A "no" checks the lease, as the
+        write it stands for would: a stalled executor's graph fails at its next batch either way."""
         if self._owned is None or (self._unowned_topic is not None and self._table is None):
             return True
-        return self._owned().overlaps(after, through)
+        if self._owned().overlaps(after, through):
+            return True
+        if self._check_lease is not None:
+            self._check_lease()
+        return False
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if self._check_lease is not None:

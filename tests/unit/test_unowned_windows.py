@@ -112,9 +112,11 @@ class _Lease:
         self.checked += 1
 
 
-def test_a_writer_asked_what_it_emits_checks_the_lease_first() -> None:
+def test_a_writer_that_says_it_emits_nothing_checks_the_lease_as_its_write_would() -> None:
     lease = _Lease()
     owned = OwnedWindows(((W, None),))
     asked = ResultWriter(KAFKA, "results", "q", ("key",), lease, owned=lambda: owned)
     assert not asked.emits_within(W - SIZE, W)
     assert lease.checked == 1
+    assert asked.emits_within(W, W + SIZE)
+    assert lease.checked == 1, "the write that follows checks it"
